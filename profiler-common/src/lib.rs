@@ -1,0 +1,266 @@
+//! The wire format between stallscope's eBPF programs and its user space.
+//!
+//! Every struct is `#[repr(C)]` with explicit padding so both sides agree byte for byte.
+//! Timestamps are `bpf_ktime_get_ns()`, i.e. CLOCK_MONOTONIC in nanoseconds. Requires Linux
+//! 5.8+ (BPF ring buffer) and BTF (tp_btf programs); offsets into kernel structs are never
+//! compiled in: user space reads them from BTF or tracefs and passes them as globals.
+#![no_std]
+
+/// Thread states the kernel side keeps per tracked thread.
+pub mod state {
+    /// On a CPU since `since_ns`.
+    pub const ON_CPU: u32 = 0;
+    /// Runnable and queued, waiting for a CPU.
+    pub const RUNQUEUE: u32 = 1;
+    /// Off-CPU in an IO wait (the kernel's `in_iowait`, what delay accounting calls blkio).
+    pub const IO_WAIT: u32 = 2;
+    /// Off-CPU for any other reason: sleep, futex, pipe, poll.
+    pub const BLOCKED: u32 = 3;
+}
+
+/// Per-thread accounting, the value of the `THREADS` map (key: TID).
+///
+/// The four `*_ns` buckets hold closed intervals only; the open one is
+/// `[since_ns, now)` in `state`. Their sum plus the open interval is the time since the
+/// thread was first tracked, which is the invariant the report relies on.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ThreadStats {
+    pub tgid: u32,
+    pub state: u32,
+    pub since_ns: u64,
+    pub on_cpu_ns: u64,
+    pub runqueue_ns: u64,
+    pub io_wait_ns: u64,
+    pub blocked_ns: u64,
+    /// Page-cache insertions (misses) made by this thread, in pages and bytes.
+    pub pc_misses: u64,
+    pub pc_miss_bytes: u64,
+    /// When this thread last had its off-CPU stack captured, for rate limiting.
+    pub offcpu_sampled_ns: u64,
+    /// Non-zero while the current off-CPU period has a captured stack waiting for its duration.
+    pub offcpu_pending: u32,
+    pub _pad: u32,
+}
+
+/// Ring-buffer record kinds; the first `u32` of every record.
+pub mod kind {
+    pub const CPU_SAMPLE: u32 = 1;
+    pub const OFFCPU_SAMPLE: u32 = 2;
+    pub const BLOCK_IO: u32 = 3;
+    pub const THREAD_EXIT: u32 = 4;
+    pub const THREAD_NEW: u32 = 5;
+    pub const EXEC: u32 = 6;
+    /// End of a sampled off-CPU period (the thread was woken): a bare `Header`.
+    pub const OFFCPU_END: u32 = 7;
+    /// One past the largest kind: the length of the per-kind counter arrays.
+    pub const COUNT: u32 = 8;
+
+    pub const NAMES: [&str; COUNT as usize] = [
+        "none",
+        "cpu_sample",
+        "offcpu_sample",
+        "block_io",
+        "thread_exit",
+        "thread_new",
+        "exec",
+        "offcpu_end",
+    ];
+}
+
+/// Prefix of every ring-buffer record.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Header {
+    pub kind: u32,
+    pub tid: u32,
+    pub pid: u32,
+    pub cpu: u32,
+    pub ts_ns: u64,
+}
+
+pub const MAX_USER_FRAMES: usize = 127;
+pub const MAX_KERNEL_FRAMES: usize = 64;
+
+/// A sampled stack. `user_len`/`kernel_len` are byte counts as returned by `bpf_get_stack`
+/// (negative: the helper's error). Frames are leaf first.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Stack {
+    pub user_len: i32,
+    pub kernel_len: i32,
+    pub user: [u64; MAX_USER_FRAMES],
+    pub _pad: u64,
+    pub kernel: [u64; MAX_KERNEL_FRAMES],
+}
+
+/// `kind::CPU_SAMPLE`: a perf-event cpu-clock tick that found a tracked thread on-CPU.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CpuSample {
+    pub header: Header,
+    pub stack: Stack,
+}
+
+/// `kind::OFFCPU_SAMPLE`: where a tracked thread was when it blocked, sent at switch-out
+/// (`header.ts_ns`). Its end comes later as a `kind::OFFCPU_END` header for the same TID; the
+/// user stack can only be read while the thread is current, hence two records.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct OffCpuSample {
+    pub header: Header,
+    /// `state::IO_WAIT` or `state::BLOCKED`.
+    pub state: u32,
+    pub _pad: u32,
+    pub stack: Stack,
+}
+
+/// `kind::BLOCK_IO`: one completed block request. `header.tid`/`pid` is the thread that
+/// submitted the first bio of the request (completion runs in IRQ context), `header.ts_ns` the
+/// time that bio was queued.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BlockIo {
+    pub header: Header,
+    pub dev: u32,
+    /// Non-zero for writes.
+    pub write: u32,
+    pub sector: u64,
+    pub bytes: u64,
+    /// From bio queued to request issued to the driver.
+    pub queue_ns: u64,
+    /// From issue to completion: the device's service time.
+    pub service_ns: u64,
+    pub error: i32,
+    pub _pad: u32,
+}
+
+/// `kind::THREAD_EXIT`: a tracked thread's final accounting, sent from `sched_process_exit`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ThreadExit {
+    pub header: Header,
+    pub comm: [u8; 16],
+    pub stats: ThreadStats,
+}
+
+/// `kind::THREAD_NEW` (fork or clone of a tracked thread; `header.tid` is the child) and
+/// `kind::EXEC` (a tracked process replaced its image; user space re-reads its maps).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ThreadNew {
+    pub header: Header,
+    pub parent_tid: u32,
+    pub _pad: u32,
+}
+
+/// Key of the `PAGE_CACHE_FILES` map: page-cache misses per thread and file.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct FileKey {
+    pub tid: u32,
+    pub dev: u32,
+    pub ino: u64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FileMisses {
+    pub pages: u64,
+    pub bytes: u64,
+}
+
+/// Key of the in-flight block-IO map: the kernel's own identity of a bio/request start.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct IoKey {
+    pub dev: u32,
+    pub _pad: u32,
+    pub sector: u64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IoStart {
+    pub tid: u32,
+    pub pid: u32,
+    pub queued_ns: u64,
+    pub issued_ns: u64,
+}
+
+/// Per-kind event counters (a per-CPU array indexed by `kind`): every record the kernel
+/// tried to send is `attempted`; the ones the ring buffer refused are `dropped`. User space
+/// checks `received + dropped == attempted`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EventCounts {
+    pub attempted: u64,
+    pub dropped: u64,
+}
+
+/// Offsets the programs need, read by user space from BTF and tracefs before load.
+/// Classic tracepoint fields are offsets into the raw record; `task_*` are offsets into
+/// `struct task_struct`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Offsets {
+    pub task_pid: u32,
+    pub task_tgid: u32,
+    /// Byte holding the `in_iowait` bitfield, and the bit's mask within that byte.
+    pub task_in_iowait_byte: u32,
+    pub task_in_iowait_mask: u32,
+    pub bio_queue_dev: u32,
+    pub bio_queue_sector: u32,
+    pub bio_queue_rwbs: u32,
+    pub rq_issue_dev: u32,
+    pub rq_issue_sector: u32,
+    pub rq_complete_dev: u32,
+    pub rq_complete_sector: u32,
+    pub rq_complete_nr_sector: u32,
+    pub rq_complete_error: u32,
+    pub rq_complete_rwbs: u32,
+    pub filemap_ino: u32,
+    pub filemap_dev: u32,
+    pub filemap_order: u32,
+    pub _pad: u32,
+}
+
+/// Tunables set by user space before load.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// Minimum spacing of off-CPU stack captures per thread; 0 captures every block.
+    pub offcpu_sample_interval_ns: u64,
+    pub page_size: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            offcpu_sample_interval_ns: 5_000_000,
+            page_size: 4096,
+        }
+    }
+}
+
+#[cfg(feature = "user")]
+mod pod {
+    use super::*;
+    // SAFETY: all of these are repr(C), made only of integers with explicit padding, so every
+    // bit pattern is valid.
+    unsafe impl aya::Pod for ThreadStats {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for FileKey {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for FileMisses {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for EventCounts {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for Offsets {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for Config {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for IoKey {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for IoStart {}
+}

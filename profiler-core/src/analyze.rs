@@ -1,0 +1,363 @@
+//! Folds a stream of records into an [`Analysis`] without keeping the records.
+//!
+//! The same [`Analyzer`] serves `report` (records replayed from a file, see
+//! [`analyze_reader`]) and a live `record` session (records pushed as they are written).
+use std::collections::BTreeMap;
+use std::io::Read;
+
+use crate::format::{FormatError, Truncation};
+use crate::fxhash::FxHashMap;
+use crate::model::{
+    Analysis, BlockIoSummary, EventCounts, PageCacheFileEntry, ProcessSummary, ThreadSummary,
+    UnavailableSignal,
+};
+use crate::percentiles::Percentiles;
+use crate::reader::RecordReader;
+use crate::record::{EndReason, Meta, Record, ThreadCounters};
+use crate::samples::SampleAccumulator;
+use crate::timeline::TimelineBuilder;
+
+/// How loading a recording went, alongside its [`Analysis`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LoadInfo {
+    /// Set when the file ends in a cut-short or damaged frame.
+    pub truncated: Option<Truncation>,
+    /// Records of a kind newer than this version, skipped.
+    pub unknown_records: u64,
+    /// Records analysed.
+    pub records: u64,
+}
+
+/// Reads a recording as a stream and analyses it, holding only the model in memory.
+pub fn analyze_reader<R: Read>(r: R) -> Result<(Analysis, LoadInfo), FormatError> {
+    let mut reader = RecordReader::new(r)?;
+    let mut analyzer = Analyzer::new();
+    while let Some(record) = reader.next_record()? {
+        analyzer.push(record);
+    }
+    let info = LoadInfo {
+        truncated: reader.truncation(),
+        unknown_records: reader.unknown_records(),
+        records: reader.records_read(),
+    };
+    Ok((analyzer.finish(), info))
+}
+
+/// Analyses records already in memory (or any other iterator of them).
+pub fn analyze<I: IntoIterator<Item = Record>>(records: I) -> Analysis {
+    let mut analyzer = Analyzer::new();
+    for record in records {
+        analyzer.push(record);
+    }
+    analyzer.finish()
+}
+
+#[derive(Debug, Default)]
+struct ThreadAcc {
+    pid: u32,
+    comm: String,
+    last_tick: Option<ThreadCounters>,
+    exit: Option<ThreadCounters>,
+    blk_count: u64,
+    blk_read_bytes: u64,
+    blk_write_bytes: u64,
+    blk_latency: Percentiles,
+}
+
+#[derive(Debug, Default)]
+struct ProcessAcc {
+    ppid: Option<u32>,
+    cmdline: String,
+}
+
+/// Incremental analysis: [`Self::push`] each record in file order, then [`Self::finish`].
+#[derive(Debug, Default)]
+pub struct Analyzer {
+    meta: Option<Meta>,
+    first_ts_ns: Option<u64>,
+    last_ts_ns: u64,
+    end: Option<(u64, EndReason)>,
+    threads: FxHashMap<u32, ThreadAcc>,
+    processes: FxHashMap<u32, ProcessAcc>,
+    stacks: BTreeMap<u32, Vec<String>>,
+    samples: SampleAccumulator,
+    page_cache_files: Vec<PageCacheFileEntry>,
+    events: BTreeMap<String, EventCounts>,
+    unavailable: Vec<UnavailableSignal>,
+    timeline: TimelineBuilder,
+}
+
+impl Analyzer {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn seen_ts(&mut self, ts_ns: u64) {
+        self.first_ts_ns.get_or_insert(ts_ns);
+        self.last_ts_ns = self.last_ts_ns.max(ts_ns);
+    }
+
+    /// Where the first timeline slice starts.
+    fn start_ns(&self) -> u64 {
+        match &self.meta {
+            Some(m) => m.start_ns,
+            None => self.first_ts_ns.unwrap_or(0),
+        }
+    }
+
+    fn thread(&mut self, tid: u32, pid: u32) -> &mut ThreadAcc {
+        let t = self.threads.entry(tid).or_default();
+        if pid != 0 {
+            t.pid = pid;
+        }
+        t
+    }
+
+    /// Folds one record into the model.
+    pub fn push(&mut self, record: Record) {
+        match record {
+            Record::Meta(meta) => {
+                if self.meta.is_none() {
+                    self.meta = Some(meta);
+                }
+            }
+            Record::Thread {
+                ts_ns,
+                tid,
+                pid,
+                comm,
+            } => {
+                self.seen_ts(ts_ns);
+                self.thread(tid, pid).comm = comm;
+            }
+            Record::Process {
+                ts_ns,
+                pid,
+                ppid,
+                cmdline,
+            } => {
+                self.seen_ts(ts_ns);
+                let p = self.processes.entry(pid).or_default();
+                p.ppid = Some(ppid);
+                p.cmdline = cmdline;
+            }
+            Record::Tick { ts_ns, threads } => {
+                self.seen_ts(ts_ns);
+                let start_ns = self.start_ns();
+                self.timeline.tick(ts_ns, start_ns, &threads);
+                for c in threads {
+                    self.thread(c.tid, c.pid).last_tick = Some(c);
+                }
+            }
+            Record::ThreadExit { ts_ns, counters } => {
+                self.seen_ts(ts_ns);
+                self.timeline.exit(&counters);
+                self.thread(counters.tid, counters.pid).exit = Some(counters);
+            }
+            Record::Stack { id, frames } => {
+                self.stacks.insert(id, frames);
+            }
+            Record::CpuSample {
+                ts_ns,
+                tid,
+                pid,
+                stack,
+            } => {
+                self.seen_ts(ts_ns);
+                self.thread(tid, pid);
+                self.samples.cpu_sample(tid, stack);
+            }
+            Record::OffCpuSample {
+                ts_ns,
+                tid,
+                pid,
+                duration_ns,
+                io,
+                stack,
+            } => {
+                self.seen_ts(ts_ns);
+                self.thread(tid, pid);
+                self.samples.off_cpu_sample(tid, stack, io, duration_ns);
+            }
+            Record::BlockIo {
+                ts_ns,
+                tid,
+                pid,
+                write,
+                bytes,
+                queue_ns,
+                service_ns,
+                ..
+            } => {
+                self.seen_ts(ts_ns);
+                let t = self.thread(tid, pid);
+                t.blk_count += 1;
+                if write {
+                    t.blk_write_bytes = t.blk_write_bytes.saturating_add(bytes);
+                } else {
+                    t.blk_read_bytes = t.blk_read_bytes.saturating_add(bytes);
+                }
+                t.blk_latency.record(queue_ns.saturating_add(service_ns));
+            }
+            Record::PageCacheFile {
+                tid,
+                pid,
+                dev,
+                ino,
+                path,
+                pages,
+                bytes,
+            } => {
+                self.thread(tid, pid);
+                self.page_cache_files.push(PageCacheFileEntry {
+                    tid,
+                    pid,
+                    dev,
+                    ino,
+                    path,
+                    pages,
+                    bytes,
+                });
+            }
+            Record::Unavailable { signal, reason } => {
+                self.unavailable.push(UnavailableSignal { signal, reason });
+            }
+            Record::Loss(loss) => {
+                let e = self.events.entry(loss.kind).or_default();
+                let missing = loss
+                    .attempted
+                    .saturating_sub(loss.dropped.saturating_add(loss.received));
+                e.attempted = e.attempted.saturating_add(loss.attempted);
+                e.dropped = e.dropped.saturating_add(loss.dropped);
+                e.received = e.received.saturating_add(loss.received);
+                e.lost = e
+                    .lost
+                    .saturating_add(loss.dropped.saturating_add(missing));
+            }
+            Record::End { ts_ns, reason } => {
+                self.seen_ts(ts_ns);
+                if self.end.is_none() {
+                    self.end = Some((ts_ns, reason));
+                }
+            }
+        }
+    }
+
+    /// The finished model.
+    pub fn finish(self) -> Analysis {
+        let start_ns = self.start_ns();
+        let end_ns = self.end.map_or(self.last_ts_ns, |(ts, _)| ts).max(start_ns);
+        let threads = finish_threads(self.threads);
+        let processes = finish_processes(self.processes, &threads);
+        let (cpu_samples, off_cpu) = self.samples.finish(
+            |tid| threads.get(&tid).map_or(0, |t| t.pid),
+            |tid| {
+                threads.get(&tid).map(|t| {
+                    t.counters
+                        .io_wait_ns
+                        .saturating_add(t.counters.blocked_ns)
+                })
+            },
+        );
+        let mut page_cache_files = self.page_cache_files;
+        page_cache_files.sort_by(|a, b| {
+            b.bytes
+                .cmp(&a.bytes)
+                .then(a.tid.cmp(&b.tid))
+                .then(a.dev.cmp(&b.dev))
+                .then(a.ino.cmp(&b.ino))
+        });
+        let lost_events = self
+            .events
+            .values()
+            .fold(0u64, |sum, e| sum.saturating_add(e.lost));
+        let attempted_events = self
+            .events
+            .values()
+            .fold(0u64, |sum, e| sum.saturating_add(e.attempted));
+        Analysis {
+            meta: self.meta,
+            start_ns,
+            duration_ns: end_ns - start_ns,
+            ended: self.end.is_some(),
+            end_reason: self.end.map(|(_, reason)| reason),
+            threads,
+            processes,
+            stacks: self.stacks,
+            cpu_samples,
+            off_cpu,
+            page_cache_files,
+            events: self.events,
+            lost_events,
+            attempted_events,
+            unavailable: self.unavailable,
+            timeline: self.timeline.finish(start_ns, end_ns),
+        }
+    }
+}
+
+fn finish_threads(threads: FxHashMap<u32, ThreadAcc>) -> BTreeMap<u32, ThreadSummary> {
+    threads
+        .into_iter()
+        .map(|(tid, t)| {
+            let counters = t.exit.or(t.last_tick).unwrap_or(ThreadCounters {
+                tid,
+                pid: t.pid,
+                ..ThreadCounters::default()
+            });
+            let block_io = BlockIoSummary {
+                count: t.blk_count,
+                read_bytes: t.blk_read_bytes,
+                write_bytes: t.blk_write_bytes,
+                p50_ns: t.blk_latency.percentile(50),
+                p99_ns: t.blk_latency.percentile(99),
+                max_ns: t.blk_latency.percentile(100),
+            };
+            let summary = ThreadSummary {
+                tid,
+                pid: t.pid,
+                comm: t.comm,
+                counters,
+                exited: t.exit.is_some(),
+                block_io,
+            };
+            (tid, summary)
+        })
+        .collect()
+}
+
+fn finish_processes(
+    processes: FxHashMap<u32, ProcessAcc>,
+    threads: &BTreeMap<u32, ThreadSummary>,
+) -> BTreeMap<u32, ProcessSummary> {
+    let mut out: BTreeMap<u32, ProcessSummary> = processes
+        .into_iter()
+        .map(|(pid, p)| {
+            let summary = ProcessSummary {
+                pid,
+                ppid: p.ppid,
+                cmdline: p.cmdline,
+                ..ProcessSummary::default()
+            };
+            (pid, summary)
+        })
+        .collect();
+    // Threads iterate by ascending TID, so each process's list comes out sorted.
+    for t in threads.values() {
+        let p = out.entry(t.pid).or_insert_with(|| ProcessSummary {
+            pid: t.pid,
+            ..ProcessSummary::default()
+        });
+        p.threads.push(t.tid);
+    }
+    for p in out.values_mut() {
+        let main = threads
+            .get(&p.pid)
+            .filter(|t| t.pid == p.pid)
+            .or_else(|| p.threads.first().and_then(|tid| threads.get(tid)));
+        if let Some(main) = main {
+            p.comm.clone_from(&main.comm);
+        }
+    }
+    out
+}

@@ -1,0 +1,24 @@
+//! stallscope's pure analysis core: the recording format, the model folded from it, and reports.
+//!
+//! Nothing here touches the OS: readers and writers are passed in, so every layer is testable
+//! without root, eBPF or a GPU. The flow is [`RecordingWriter`] → file → [`analyze_reader`] →
+//! [`Analysis`] → [`report_text`], [`report_json`] or [`folded`].
+pub mod analyze;
+pub mod folded;
+pub mod format;
+mod fxhash;
+pub mod model;
+pub mod percentiles;
+pub mod reader;
+pub mod record;
+pub mod report_json;
+pub mod report_text;
+pub mod samples;
+pub mod timeline;
+mod table;
+mod units;
+
+pub use analyze::{LoadInfo, analyze, analyze_reader, Analyzer};
+pub use format::{FormatError, RecordingWriter, Truncation};
+pub use model::Analysis;
+pub use reader::{RecordReader, Recording, read_recording};

@@ -1,0 +1,208 @@
+//! The analysis model: what a recording says, folded per thread, process, stack and tick.
+//!
+//! Built by [`crate::analyze::Analyzer`]; read by the reports. Maps are `BTreeMap` and lists are
+//! sorted so that every report is deterministic.
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::record::{EndReason, Meta, ThreadCounters};
+
+/// Everything the reports need from one recording.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Analysis {
+    /// The first `Meta` record, if any.
+    pub meta: Option<Meta>,
+    /// Recording start, CLOCK_MONOTONIC ns: `meta.start_ns`, or the first timestamp seen.
+    pub start_ns: u64,
+    /// `End.ts_ns - start_ns`, or up to the last timestamp seen when there is no `End`.
+    pub duration_ns: u64,
+    /// Whether an `End` record was seen.
+    pub ended: bool,
+    pub end_reason: Option<EndReason>,
+    /// By TID.
+    pub threads: BTreeMap<u32, ThreadSummary>,
+    /// By PID: every process named by a `Process` record or by a thread.
+    pub processes: BTreeMap<u32, ProcessSummary>,
+    /// Interned stacks by id, root frame first.
+    pub stacks: BTreeMap<u32, Vec<String>>,
+    /// On-CPU sample counts, sorted by (tid, stack).
+    pub cpu_samples: Vec<CpuStackSamples>,
+    /// Off-CPU time per stack, sorted by (tid, stack, io).
+    pub off_cpu: Vec<OffCpuStackTime>,
+    /// `PageCacheFile` records, sorted by bytes (largest first), then tid, dev, ino.
+    pub page_cache_files: Vec<PageCacheFileEntry>,
+    /// Event accounting per kind, summed over `Loss` records.
+    pub events: BTreeMap<String, EventCounts>,
+    /// Sum of `events[*].lost`.
+    pub lost_events: u64,
+    /// Sum of `events[*].attempted`.
+    pub attempted_events: u64,
+    /// Signals the recorder could not trace, in record order.
+    pub unavailable: Vec<UnavailableSignal>,
+    /// Per-tick thread-state deltas, in time order.
+    pub timeline: Vec<TickSlice>,
+}
+
+/// One thread over the whole recording.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ThreadSummary {
+    pub tid: u32,
+    pub pid: u32,
+    /// The latest `Thread` record's name; empty if none was seen.
+    pub comm: String,
+    /// The `ThreadExit` counters if the thread exited, else its last `Tick` entry.
+    pub counters: ThreadCounters,
+    pub exited: bool,
+    pub block_io: BlockIoSummary,
+}
+
+/// Block IO issued by one thread.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BlockIoSummary {
+    pub count: u64,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    /// Latency is queue plus service time. Exact up to 4096 requests per thread, then within
+    /// 0.4% (see [`crate::percentiles`]).
+    pub p50_ns: Option<u64>,
+    pub p99_ns: Option<u64>,
+    pub max_ns: Option<u64>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ProcessSummary {
+    pub pid: u32,
+    /// From the latest `Process` record; `None` if there was none.
+    pub ppid: Option<u32>,
+    /// From the latest `Process` record; empty if there was none.
+    pub cmdline: String,
+    /// The main thread's name (TID == PID), else the lowest TID's.
+    pub comm: String,
+    /// TIDs, ascending.
+    pub threads: Vec<u32>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CpuStackSamples {
+    pub tid: u32,
+    pub pid: u32,
+    pub stack: u32,
+    pub samples: u64,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OffCpuStackTime {
+    pub tid: u32,
+    pub pid: u32,
+    pub stack: u32,
+    /// Waiting on IO (as opposed to blocked on a lock, sleep, or event).
+    pub io: bool,
+    /// Sum of the captured samples' durations.
+    pub sampled_ns: u64,
+    /// `sampled_ns` scaled so that the thread's entries add up to its measured off-CPU time
+    /// (`io_wait_ns + blocked_ns`); never scaled down.
+    pub scaled_ns: u64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PageCacheFileEntry {
+    pub tid: u32,
+    pub pid: u32,
+    /// Kernel-internal dev_t: major in the top 12 bits, minor in the low 20.
+    pub dev: u32,
+    pub ino: u64,
+    pub path: Option<String>,
+    pub pages: u64,
+    pub bytes: u64,
+}
+
+/// Page-cache misses on one file summed over threads.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FileMisses {
+    pub dev: u32,
+    pub ino: u64,
+    pub path: Option<String>,
+    pub pages: u64,
+    pub bytes: u64,
+}
+
+impl FileMisses {
+    /// The path, or `dev MAJ:MIN ino N` when the recorder could not resolve one.
+    pub fn display_name(&self) -> String {
+        match &self.path {
+            Some(path) => path.clone(),
+            None => format!(
+                "dev {}:{} ino {}",
+                self.dev >> 20,
+                self.dev & 0xf_ffff,
+                self.ino
+            ),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct EventCounts {
+    pub attempted: u64,
+    pub dropped: u64,
+    pub received: u64,
+    /// `dropped` plus whatever else went missing (`attempted - dropped - received`, if positive).
+    pub lost: u64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct UnavailableSignal {
+    pub signal: String,
+    pub reason: String,
+}
+
+/// What each thread did between two consecutive ticks.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TickSlice {
+    /// CLOCK_MONOTONIC ns: the previous tick (or the recording start).
+    pub start_ns: u64,
+    /// CLOCK_MONOTONIC ns: this tick.
+    pub end_ns: u64,
+    /// Threads with any time in the slice, by TID. A thread that exited since the previous
+    /// tick appears in the next slice with its final delta.
+    pub threads: Vec<ThreadDelta>,
+}
+
+/// Time one thread spent in each state during a [`TickSlice`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ThreadDelta {
+    pub tid: u32,
+    pub on_cpu_ns: u64,
+    pub runqueue_ns: u64,
+    pub io_wait_ns: u64,
+    pub blocked_ns: u64,
+}
+
+impl Analysis {
+    /// The recording's target PIDs (empty without a `Meta`).
+    pub fn target_pids(&self) -> &[u32] {
+        self.meta.as_ref().map_or(&[], |m| &m.target_pids)
+    }
+
+    /// Page-cache misses summed per file, largest first (ties by dev, ino), at most `n`.
+    pub fn top_page_cache_files(&self, n: usize) -> Vec<FileMisses> {
+        let mut by_file: BTreeMap<(u32, u64), FileMisses> = BTreeMap::new();
+        for f in &self.page_cache_files {
+            let entry = by_file.entry((f.dev, f.ino)).or_insert_with(|| FileMisses {
+                dev: f.dev,
+                ino: f.ino,
+                ..FileMisses::default()
+            });
+            entry.pages += f.pages;
+            entry.bytes += f.bytes;
+            if entry.path.is_none() {
+                entry.path.clone_from(&f.path);
+            }
+        }
+        let mut files: Vec<FileMisses> = by_file.into_values().collect();
+        files.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.dev.cmp(&b.dev)).then(a.ino.cmp(&b.ino)));
+        files.truncate(n);
+        files
+    }
+}

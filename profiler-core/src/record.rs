@@ -1,0 +1,146 @@
+//! The records of a recording file: the seam between capture (root, live) and analysis.
+//!
+//! All timestamps are CLOCK_MONOTONIC nanoseconds (the eBPF `bpf_ktime_get_ns` clock);
+//! `Meta::start_unix_ns` anchors them to wall time. New record variants are only ever
+//! appended at the end of `Record`, so older files keep decoding; a reader skips variants it
+//! does not know and counts them.
+use serde::{Deserialize, Serialize};
+
+/// Cumulative per-thread accounting since the thread was first tracked.
+/// `on_cpu_ns + runqueue_ns + io_wait_ns + blocked_ns` is the thread's observed lifetime
+/// up to the record's timestamp.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ThreadCounters {
+    pub tid: u32,
+    pub pid: u32,
+    pub on_cpu_ns: u64,
+    pub runqueue_ns: u64,
+    pub io_wait_ns: u64,
+    pub blocked_ns: u64,
+    pub page_cache_misses: u64,
+    pub page_cache_miss_bytes: u64,
+}
+
+impl ThreadCounters {
+    /// Saturates instead of overflowing: counters come from files, which may be damaged.
+    pub fn lifetime_ns(&self) -> u64 {
+        self.on_cpu_ns
+            .saturating_add(self.runqueue_ns)
+            .saturating_add(self.io_wait_ns)
+            .saturating_add(self.blocked_ns)
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Meta {
+    /// The root PIDs named on the command line (or the launched command's PID).
+    pub target_pids: Vec<u32>,
+    /// The launched command, empty when attached by PID.
+    pub command: Vec<String>,
+    pub start_ns: u64,
+    pub start_unix_ns: u64,
+    pub hostname: String,
+    pub kernel: String,
+    pub sample_hz: u64,
+    pub tick_ns: u64,
+    pub stallscope_version: String,
+}
+
+/// Why a recording ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EndReason {
+    Duration,
+    Signal,
+    TargetExited,
+}
+
+/// One kind of event the kernel side counts: `received + dropped == attempted` when nothing
+/// went missing between kernel and file.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventLoss {
+    pub kind: String,
+    pub attempted: u64,
+    pub dropped: u64,
+    pub received: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Record {
+    Meta(Meta),
+    /// A thread's name and process, when first seen and again when it changes (exec, prctl).
+    Thread {
+        ts_ns: u64,
+        tid: u32,
+        pid: u32,
+        comm: String,
+    },
+    /// A process's command line, when first seen or after exec.
+    Process {
+        ts_ns: u64,
+        pid: u32,
+        ppid: u32,
+        cmdline: String,
+    },
+    /// Periodic snapshot of every live tracked thread's cumulative counters.
+    Tick {
+        ts_ns: u64,
+        threads: Vec<ThreadCounters>,
+    },
+    /// A thread's final counters.
+    ThreadExit {
+        ts_ns: u64,
+        counters: ThreadCounters,
+    },
+    /// An interned, symbolized stack, root first. Samples refer to it by `id`.
+    Stack {
+        id: u32,
+        frames: Vec<String>,
+    },
+    CpuSample {
+        ts_ns: u64,
+        tid: u32,
+        pid: u32,
+        stack: u32,
+    },
+    /// A sampled off-CPU period starting at `ts_ns`. Captures are rate-limited per thread,
+    /// so analysis scales each thread's samples up to that thread's measured off-CPU total.
+    OffCpuSample {
+        ts_ns: u64,
+        tid: u32,
+        pid: u32,
+        duration_ns: u64,
+        io: bool,
+        stack: u32,
+    },
+    BlockIo {
+        ts_ns: u64,
+        tid: u32,
+        pid: u32,
+        dev: u32,
+        write: bool,
+        sector: u64,
+        bytes: u64,
+        queue_ns: u64,
+        service_ns: u64,
+    },
+    /// Page-cache misses of one thread on one file, written at the end of a recording.
+    PageCacheFile {
+        tid: u32,
+        pid: u32,
+        dev: u32,
+        ino: u64,
+        path: Option<String>,
+        pages: u64,
+        bytes: u64,
+    },
+    /// A signal that could not be traced on this host, and why.
+    Unavailable {
+        signal: String,
+        reason: String,
+    },
+    Loss(EventLoss),
+    End {
+        ts_ns: u64,
+        reason: EndReason,
+    },
+}

@@ -1,0 +1,219 @@
+//! The machine-readable report: a stable JSON document (`"version": 1`).
+//!
+//! Field names are a contract with scripts and tests: add fields freely, rename none. Lists are
+//! sorted (threads by pid then tid) so output is byte-for-byte deterministic.
+use std::collections::BTreeMap;
+use std::io::Write;
+
+use serde::Serialize;
+
+use crate::analyze::LoadInfo;
+use crate::model::{Analysis, EventCounts};
+use crate::report_text::end_reason_name;
+
+/// The report format version, bumped only for incompatible changes.
+pub const JSON_VERSION: u32 = 1;
+
+/// Writes the report as pretty-printed JSON followed by a newline.
+pub fn write_json<W: Write>(
+    analysis: &Analysis,
+    load: &LoadInfo,
+    mut w: W,
+) -> Result<(), serde_json::Error> {
+    serde_json::to_writer_pretty(&mut w, &JsonReport::new(analysis, load))?;
+    w.write_all(b"\n").map_err(serde_json::Error::io)
+}
+
+/// The report as a JSON value.
+pub fn to_json_value(analysis: &Analysis, load: &LoadInfo) -> serde_json::Value {
+    // Serializing plain structs with string keys into a Value cannot fail.
+    serde_json::to_value(JsonReport::new(analysis, load)).unwrap_or(serde_json::Value::Null)
+}
+
+/// The whole document; build with [`JsonReport::new`] and serialize with any serde backend.
+#[derive(Debug, Serialize)]
+pub struct JsonReport<'a> {
+    pub version: u32,
+    pub target: JsonTarget<'a>,
+    pub duration_ns: u64,
+    pub start_ns: u64,
+    pub start_unix_ns: Option<u64>,
+    pub ended: bool,
+    pub end_reason: Option<&'static str>,
+    pub hostname: Option<&'a str>,
+    pub kernel: Option<&'a str>,
+    pub sample_hz: Option<u64>,
+    pub tick_ns: Option<u64>,
+    pub stallscope_version: Option<&'a str>,
+    pub lost_events: u64,
+    pub attempted_events: u64,
+    pub events: &'a BTreeMap<String, EventCounts>,
+    pub threads: Vec<JsonThread<'a>>,
+    pub processes: Vec<JsonProcess<'a>>,
+    pub page_cache_files: Vec<JsonFile>,
+    pub unavailable: Vec<JsonUnavailable<'a>>,
+    pub truncated: Option<JsonTruncation>,
+    pub unknown_records: u64,
+    pub records: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct JsonTarget<'a> {
+    /// The first target PID.
+    pub pid: Option<u32>,
+    pub pids: &'a [u32],
+    pub command: &'a [String],
+}
+
+#[derive(Debug, Serialize)]
+pub struct JsonThread<'a> {
+    pub tid: u32,
+    pub pid: u32,
+    pub comm: &'a str,
+    pub on_cpu_ns: u64,
+    pub runqueue_ns: u64,
+    pub io_wait_ns: u64,
+    pub blocked_ns: u64,
+    pub lifetime_ns: u64,
+    /// Pages.
+    pub page_cache_misses: u64,
+    pub page_cache_miss_bytes: u64,
+    /// Block-IO read bytes issued by this thread.
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    pub exited: bool,
+    pub block_io: JsonBlockIo,
+}
+
+#[derive(Debug, Serialize)]
+pub struct JsonBlockIo {
+    pub count: u64,
+    pub p50_ns: Option<u64>,
+    pub p99_ns: Option<u64>,
+    pub max_ns: Option<u64>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct JsonProcess<'a> {
+    pub pid: u32,
+    pub ppid: Option<u32>,
+    pub comm: &'a str,
+    pub cmdline: &'a str,
+    pub threads: &'a [u32],
+}
+
+#[derive(Debug, Serialize)]
+pub struct JsonFile {
+    pub path: Option<String>,
+    /// The path, or `dev MAJ:MIN ino N`.
+    pub name: String,
+    pub dev: u32,
+    pub ino: u64,
+    pub pages: u64,
+    pub bytes: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct JsonUnavailable<'a> {
+    pub signal: &'a str,
+    pub reason: &'a str,
+}
+
+#[derive(Debug, Serialize)]
+pub struct JsonTruncation {
+    pub offset: u64,
+    pub records_loaded: u64,
+}
+
+impl<'a> JsonReport<'a> {
+    pub fn new(a: &'a Analysis, load: &LoadInfo) -> Self {
+        let meta = a.meta.as_ref();
+        let mut threads: Vec<JsonThread<'a>> = a
+            .threads
+            .values()
+            .map(|t| JsonThread {
+                tid: t.tid,
+                pid: t.pid,
+                comm: &t.comm,
+                on_cpu_ns: t.counters.on_cpu_ns,
+                runqueue_ns: t.counters.runqueue_ns,
+                io_wait_ns: t.counters.io_wait_ns,
+                blocked_ns: t.counters.blocked_ns,
+                lifetime_ns: t.counters.lifetime_ns(),
+                page_cache_misses: t.counters.page_cache_misses,
+                page_cache_miss_bytes: t.counters.page_cache_miss_bytes,
+                read_bytes: t.block_io.read_bytes,
+                write_bytes: t.block_io.write_bytes,
+                exited: t.exited,
+                block_io: JsonBlockIo {
+                    count: t.block_io.count,
+                    p50_ns: t.block_io.p50_ns,
+                    p99_ns: t.block_io.p99_ns,
+                    max_ns: t.block_io.max_ns,
+                },
+            })
+            .collect();
+        threads.sort_by_key(|t| (t.pid, t.tid));
+        let processes = a
+            .processes
+            .values()
+            .map(|p| JsonProcess {
+                pid: p.pid,
+                ppid: p.ppid,
+                comm: &p.comm,
+                cmdline: &p.cmdline,
+                threads: &p.threads,
+            })
+            .collect();
+        let page_cache_files = a
+            .top_page_cache_files(usize::MAX)
+            .into_iter()
+            .map(|f| JsonFile {
+                name: f.display_name(),
+                path: f.path,
+                dev: f.dev,
+                ino: f.ino,
+                pages: f.pages,
+                bytes: f.bytes,
+            })
+            .collect();
+        Self {
+            version: JSON_VERSION,
+            target: JsonTarget {
+                pid: a.target_pids().first().copied(),
+                pids: a.target_pids(),
+                command: meta.map_or(&[], |m| &m.command),
+            },
+            duration_ns: a.duration_ns,
+            start_ns: a.start_ns,
+            start_unix_ns: meta.map(|m| m.start_unix_ns),
+            ended: a.ended,
+            end_reason: a.end_reason.map(end_reason_name),
+            hostname: meta.map(|m| m.hostname.as_str()),
+            kernel: meta.map(|m| m.kernel.as_str()),
+            sample_hz: meta.map(|m| m.sample_hz),
+            tick_ns: meta.map(|m| m.tick_ns),
+            stallscope_version: meta.map(|m| m.stallscope_version.as_str()),
+            lost_events: a.lost_events,
+            attempted_events: a.attempted_events,
+            events: &a.events,
+            threads,
+            processes,
+            page_cache_files,
+            unavailable: a
+                .unavailable
+                .iter()
+                .map(|u| JsonUnavailable {
+                    signal: &u.signal,
+                    reason: &u.reason,
+                })
+                .collect(),
+            truncated: load.truncated.map(|t| JsonTruncation {
+                offset: t.offset,
+                records_loaded: t.records_loaded,
+            }),
+            unknown_records: load.unknown_records,
+            records: load.records,
+        }
+    }
+}

@@ -1,0 +1,186 @@
+//! The human summary: a header with caveats, then one thread table per process.
+//!
+//! Percentages are of each thread's own observed lifetime (the sum of its four time counters),
+//! so a short-lived worker and the main thread read on the same scale.
+use std::io::{self, Write};
+
+use crate::analyze::LoadInfo;
+use crate::model::{Analysis, ProcessSummary, ThreadSummary};
+use crate::record::EndReason;
+use crate::table::{Align, Table};
+use crate::units;
+
+/// Longest command line shown in a process heading.
+const CMDLINE_CHARS: usize = 80;
+/// How many files the page-cache section lists.
+const TOP_FILES: usize = 5;
+
+/// Writes the text report.
+pub fn write_text<W: Write>(analysis: &Analysis, load: &LoadInfo, mut w: W) -> io::Result<()> {
+    write_header(analysis, load, &mut w)?;
+    for process in analysis.processes.values() {
+        writeln!(w)?;
+        write_process(analysis, process, &mut w)?;
+    }
+    write_top_files(analysis, &mut w)
+}
+
+/// The text report as a string.
+pub fn to_text(analysis: &Analysis, load: &LoadInfo) -> String {
+    let mut out = Vec::new();
+    // Writing into a Vec cannot fail.
+    let _ = write_text(analysis, load, &mut out);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+pub(crate) fn end_reason_name(reason: EndReason) -> &'static str {
+    match reason {
+        EndReason::Duration => "duration",
+        EndReason::Signal => "signal",
+        EndReason::TargetExited => "target_exited",
+    }
+}
+
+fn write_header<W: Write>(a: &Analysis, load: &LoadInfo, w: &mut W) -> io::Result<()> {
+    let pids = a.target_pids();
+    let target = match pids {
+        [] => "unknown target".to_owned(),
+        [pid] => format!("target pid {pid}"),
+        _ => {
+            let list: Vec<String> = pids.iter().map(u32::to_string).collect();
+            format!("target pids {}", list.join(","))
+        }
+    };
+    writeln!(
+        w,
+        "stallscope: {target}, {} s, {} threads in {} processes, lost {} of {} events",
+        units::seconds(a.duration_ns),
+        a.threads.len(),
+        a.processes.len(),
+        a.lost_events,
+        a.attempted_events,
+    )?;
+    if let Some(meta) = &a.meta {
+        if !meta.command.is_empty() {
+            let command = units::shorten(&meta.command.join(" "), CMDLINE_CHARS);
+            writeln!(w, "command: {command}")?;
+        }
+    }
+    match a.end_reason {
+        Some(EndReason::Duration) => writeln!(w, "ended: requested duration elapsed")?,
+        Some(EndReason::Signal) => writeln!(w, "ended: interrupted")?,
+        Some(EndReason::TargetExited) => writeln!(w, "ended: target exited")?,
+        None => writeln!(
+            w,
+            "warning: no end record; the duration runs to the last event"
+        )?,
+    }
+    for u in &a.unavailable {
+        writeln!(w, "warning: {} unavailable: {}", u.signal, u.reason)?;
+    }
+    if let Some(t) = load.truncated {
+        writeln!(
+            w,
+            "warning: recording truncated at byte {} after {} records (the profiler stopped \
+             mid-write); the rest is lost",
+            t.offset, t.records_loaded
+        )?;
+    }
+    if load.unknown_records > 0 {
+        writeln!(
+            w,
+            "warning: skipped {} records of a kind this version does not know (written by a \
+             newer stallscope)",
+            load.unknown_records
+        )?;
+    }
+    Ok(())
+}
+
+fn write_process<W: Write>(a: &Analysis, p: &ProcessSummary, w: &mut W) -> io::Result<()> {
+    let mut heading = format!("PID {}  {}", p.pid, display_comm(&p.comm));
+    if let Some(ppid) = p.ppid {
+        heading.push_str(&format!("  (ppid {ppid})"));
+    }
+    if !p.cmdline.is_empty() {
+        heading.push_str("  ");
+        heading.push_str(&units::shorten(&p.cmdline, CMDLINE_CHARS));
+    }
+    writeln!(w, "{heading}")?;
+    if p.threads.is_empty() {
+        return writeln!(w, "  (no threads seen)");
+    }
+
+    let mut threads: Vec<&ThreadSummary> =
+        p.threads.iter().filter_map(|tid| a.threads.get(tid)).collect();
+    threads.sort_by(|x, y| {
+        y.counters
+            .on_cpu_ns
+            .cmp(&x.counters.on_cpu_ns)
+            .then(x.tid.cmp(&y.tid))
+    });
+
+    let mut table = Table::new(&[
+        ("TID", Align::Right),
+        ("COMM", Align::Left),
+        ("ON-CPU", Align::Right),
+        ("RUNQ", Align::Right),
+        ("IOWAIT", Align::Right),
+        ("BLOCKED", Align::Right),
+        ("BLK-IO", Align::Right),
+        ("P50-MS", Align::Right),
+        ("P99-MS", Align::Right),
+        ("PC-MISS", Align::Right),
+        ("MISS-BYTES", Align::Right),
+        ("READ-BYTES", Align::Right),
+    ]);
+    for t in threads {
+        let c = &t.counters;
+        let life = c.lifetime_ns();
+        let mut comm = display_comm(&t.comm).to_owned();
+        if t.exited {
+            comm.push_str(" (exited)");
+        }
+        table.row(vec![
+            t.tid.to_string(),
+            comm,
+            units::percent(c.on_cpu_ns, life),
+            units::percent(c.runqueue_ns, life),
+            units::percent(c.io_wait_ns, life),
+            units::percent(c.blocked_ns, life),
+            t.block_io.count.to_string(),
+            units::ms(t.block_io.p50_ns),
+            units::ms(t.block_io.p99_ns),
+            c.page_cache_misses.to_string(),
+            units::bytes(c.page_cache_miss_bytes),
+            units::bytes(t.block_io.read_bytes),
+        ]);
+    }
+    table.write("  ", w)
+}
+
+fn write_top_files<W: Write>(a: &Analysis, w: &mut W) -> io::Result<()> {
+    let files = a.top_page_cache_files(TOP_FILES);
+    if files.is_empty() {
+        return Ok(());
+    }
+    writeln!(w)?;
+    writeln!(w, "top page-cache-missing files")?;
+    let mut table = Table::new(&[
+        ("MISS-BYTES", Align::Right),
+        ("PAGES", Align::Right),
+        ("FILE", Align::Left),
+    ]);
+    for f in &files {
+        table.row(vec![
+            units::bytes(f.bytes),
+            f.pages.to_string(),
+            f.display_name(),
+        ]);
+    }
+    table.write("  ", w)
+}
+
+fn display_comm(comm: &str) -> &str {
+    if comm.is_empty() { "?" } else { comm }
+}

@@ -1,0 +1,126 @@
+//! The analysis model over the fixture: thread accounting, scaling, timeline and JSON contract.
+mod common;
+
+use common::{MS, START_NS, counters, fixture};
+use profiler_core::record::{EndReason, Record};
+use profiler_core::{LoadInfo, analyze, report_json};
+
+#[test]
+fn threads_processes_and_end() {
+    let a = analyze(fixture());
+    assert_eq!(a.duration_ns, 350 * MS);
+    assert!(a.ended);
+    assert_eq!(a.end_reason, Some(EndReason::TargetExited));
+    assert_eq!(a.threads.keys().copied().collect::<Vec<_>>(), [100, 101, 200]);
+    let loader = &a.threads[&101];
+    assert!(loader.exited);
+    assert_eq!(loader.counters, counters(101, 100, [25, 5, 130, 90], 400));
+    let main = &a.threads[&100];
+    assert!(!main.exited);
+    assert_eq!(main.counters, counters(100, 100, [190, 15, 20, 75], 0));
+    assert_eq!(loader.block_io.count, 3);
+    assert_eq!(loader.block_io.read_bytes, 384 * 1024);
+    assert_eq!(loader.block_io.write_bytes, 4096);
+    assert_eq!(loader.block_io.p50_ns, Some(1_500_000));
+    assert_eq!(loader.block_io.p99_ns, Some(3_000_000));
+
+    assert_eq!(a.processes.len(), 2);
+    assert_eq!(a.processes[&100].threads, [100, 101]);
+    assert_eq!(a.processes[&100].comm, "python");
+    assert_eq!(a.processes[&200].ppid, Some(100));
+    assert_eq!(a.lost_events, 20);
+    assert_eq!(a.attempted_events, 10_050);
+    assert_eq!(a.unavailable.len(), 1);
+    let files = a.top_page_cache_files(5);
+    assert_eq!(files[0].path.as_deref(), Some("/data/train.bin"));
+    assert_eq!(files[0].pages, 405);
+    assert_eq!(files[1].display_name(), "dev 8:1 ino 1234");
+}
+
+#[test]
+fn off_cpu_samples_scale_to_measured_time() {
+    let a = analyze(fixture());
+    for tid in [100, 101] {
+        let t = &a.threads[&tid];
+        let measured = t.counters.io_wait_ns + t.counters.blocked_ns;
+        let entries: Vec<_> = a.off_cpu.iter().filter(|e| e.tid == tid).collect();
+        let scaled: u64 = entries.iter().map(|e| e.scaled_ns).sum();
+        assert_eq!(scaled, measured, "thread {tid}");
+        for e in entries {
+            assert!(e.scaled_ns >= e.sampled_ns);
+        }
+    }
+    // Thread 200 captured more than its counters measured: left as captured.
+    let worker: Vec<_> = a.off_cpu.iter().filter(|e| e.tid == 200).collect();
+    assert_eq!(worker.len(), 1);
+    assert_eq!(worker[0].scaled_ns, 100 * MS);
+    assert_eq!(worker[0].sampled_ns, 100 * MS);
+}
+
+#[test]
+fn timeline_deltas_add_up_to_final_counters() {
+    let a = analyze(fixture());
+    let spans: Vec<(u64, u64)> =
+        a.timeline.iter().map(|s| (s.start_ns - START_NS, s.end_ns - START_NS)).collect();
+    assert_eq!(spans, [(0, 100 * MS), (100 * MS, 200 * MS), (200 * MS, 300 * MS), (300 * MS, 350 * MS)]);
+    // Thread 200 appears mid-recording: absent from the first slice.
+    assert!(a.timeline[0].threads.iter().all(|d| d.tid != 200));
+    for t in a.threads.values() {
+        let sum: u64 = a
+            .timeline
+            .iter()
+            .flat_map(|s| &s.threads)
+            .filter(|d| d.tid == t.tid)
+            .map(|d| d.on_cpu_ns + d.runqueue_ns + d.io_wait_ns + d.blocked_ns)
+            .sum();
+        assert_eq!(sum, t.counters.lifetime_ns(), "thread {}", t.tid);
+    }
+}
+
+#[test]
+fn without_meta_or_end_duration_runs_to_the_last_event() {
+    let records: Vec<Record> = fixture()
+        .into_iter()
+        .filter(|r| !matches!(r, Record::Meta(_) | Record::End { .. }))
+        .collect();
+    let a = analyze(records);
+    assert!(!a.ended);
+    assert_eq!(a.start_ns, START_NS);
+    assert_eq!(a.duration_ns, 340 * MS);
+    assert!(a.meta.is_none());
+    let json = report_json::to_json_value(&a, &LoadInfo::default());
+    assert!(json["target"]["pid"].is_null());
+}
+
+#[test]
+fn json_has_the_required_keys_and_each_thread_partitions_its_lifetime() {
+    let a = analyze(fixture());
+    let json = report_json::to_json_value(&a, &LoadInfo::default());
+    assert_eq!(json["version"], 1);
+    assert_eq!(json["target"]["pid"], 100);
+    assert_eq!(json["target"]["pids"], serde_json::json!([100]));
+    assert_eq!(json["target"]["command"][1], "train.py");
+    assert_eq!(json["duration_ns"], 350 * MS);
+    assert_eq!(json["lost_events"], 20);
+    let threads = json["threads"].as_array().unwrap();
+    assert_eq!(threads.len(), 3);
+    let mut keys = Vec::new();
+    for t in threads {
+        for key in [
+            "tid", "pid", "comm", "on_cpu_ns", "runqueue_ns", "io_wait_ns", "blocked_ns",
+            "page_cache_misses", "read_bytes",
+        ] {
+            assert!(t.get(key).is_some(), "thread lacks {key}: {t}");
+        }
+        let four: u64 = ["on_cpu_ns", "runqueue_ns", "io_wait_ns", "blocked_ns"]
+            .iter()
+            .map(|k| t[*k].as_u64().unwrap())
+            .sum();
+        assert_eq!(four, t["lifetime_ns"].as_u64().unwrap());
+        keys.push((t["pid"].as_u64().unwrap(), t["tid"].as_u64().unwrap()));
+    }
+    assert_eq!(keys, [(100, 100), (100, 101), (200, 200)]);
+    assert_eq!(threads[1]["read_bytes"], 384 * 1024);
+    assert_eq!(threads[1]["page_cache_misses"], 400);
+    assert_eq!(json["events"]["sched"]["dropped"], 10);
+}

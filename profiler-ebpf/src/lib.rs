@@ -1,0 +1,2 @@
+#![no_std]
+// Exists so that cargo sees a library target; the programs live in the `stallscope` binary.

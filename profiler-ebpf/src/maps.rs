@@ -1,0 +1,77 @@
+//! Maps and load-time globals shared by every program.
+use aya_ebpf::{
+    macros::map,
+    maps::{HashMap, LruHashMap, PerCpuArray, RingBuf},
+};
+use profiler_common::{
+    Config, EventCounts, FileKey, FileMisses, IoKey, IoStart, Offsets, ThreadStats, kind,
+};
+
+/// The tracked threads: seeded by user space, grown on fork, shrunk on exit. Being a key here
+/// is what "tracked" means.
+#[map]
+pub static THREADS: HashMap<u32, ThreadStats> = HashMap::with_max_entries(65536, 0);
+
+/// Per CPU: whether the task now on it is tracked, so that an untracked `prev` costs no hash
+/// lookup. 0 means not known yet (before the first switch seen on that CPU).
+#[map]
+pub static CPU_CURRENT: PerCpuArray<u32> = PerCpuArray::with_max_entries(1, 0);
+#[expect(dead_code, reason = "the zero value of CPU_CURRENT, named for readers")]
+pub const CPU_UNKNOWN: u32 = 0;
+pub const CPU_TRACKED: u32 = 1;
+pub const CPU_UNTRACKED: u32 = 2;
+
+#[map]
+pub static EVENTS: RingBuf = RingBuf::with_byte_size(16 * 1024 * 1024, 0);
+
+#[map]
+pub static COUNTS: PerCpuArray<EventCounts> = PerCpuArray::with_max_entries(kind::COUNT, 0);
+
+/// Bios of tracked threads between queueing and completion. LRU because a bio merged into
+/// another request never completes under its own key.
+#[map]
+pub static INFLIGHT_IO: LruHashMap<IoKey, IoStart> = LruHashMap::with_max_entries(16384, 0);
+
+#[map]
+pub static PAGE_CACHE_FILES: HashMap<FileKey, FileMisses> = HashMap::with_max_entries(16384, 0);
+
+#[unsafe(no_mangle)]
+static OFFSETS: Offsets = Offsets {
+    task_pid: 0,
+    task_tgid: 0,
+    task_in_iowait_byte: 0,
+    task_in_iowait_mask: 0,
+    bio_queue_dev: 0,
+    bio_queue_sector: 0,
+    bio_queue_rwbs: 0,
+    rq_issue_dev: 0,
+    rq_issue_sector: 0,
+    rq_complete_dev: 0,
+    rq_complete_sector: 0,
+    rq_complete_nr_sector: 0,
+    rq_complete_error: 0,
+    rq_complete_rwbs: 0,
+    filemap_ino: 0,
+    filemap_dev: 0,
+    filemap_order: 0,
+    _pad: 0,
+};
+
+#[unsafe(no_mangle)]
+static CONFIG: Config = Config {
+    offcpu_sample_interval_ns: 5_000_000,
+    page_size: 4096,
+};
+
+#[inline(always)]
+pub fn offsets() -> Offsets {
+    // SAFETY: a plain read of a global that user space rewrites before load; volatile so the
+    // compiler cannot fold the zero initialiser in.
+    unsafe { core::ptr::read_volatile(&OFFSETS) }
+}
+
+#[inline(always)]
+pub fn config() -> Config {
+    // SAFETY: as for `offsets`.
+    unsafe { core::ptr::read_volatile(&CONFIG) }
+}

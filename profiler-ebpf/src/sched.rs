@@ -1,0 +1,240 @@
+//! Scheduler accounting from BTF tracepoints: each tracked thread's time is split into
+//! on-CPU, run-queue wait, IO wait and other blocked time, and new threads are followed.
+//!
+//! At `sched_switch` the current task is `prev`, so `prev`'s identity comes from the helper;
+//! only `next` (and the woken or forked task) needs a read through `task_struct`, at the
+//! offset user space found in BTF.
+use aya_ebpf::{
+    EbpfContext,
+    helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel},
+    macros::btf_tracepoint,
+    programs::BtfTracePointContext,
+};
+use profiler_common::{Header, OffCpuSample, ThreadExit, ThreadNew, ThreadStats, kind, state};
+
+use crate::{
+    emit::{capture_stack, header, reserve},
+    maps::{CPU_CURRENT, CPU_TRACKED, CPU_UNTRACKED, THREADS, config, offsets},
+};
+
+const TASK_RUNNING: u64 = 0;
+
+#[inline(always)]
+fn task_u32(task: *const u8, offset: u32) -> u32 {
+    // SAFETY: a checked kernel read; a bad pointer yields an error, not a fault.
+    unsafe { bpf_probe_read_kernel(task.add(offset as usize) as *const u32) }.unwrap_or(0)
+}
+
+/// Adds the time since `since_ns` to the bucket of the current state. Written as four
+/// selects rather than a match: LLVM turns the match into an indexed store the verifier
+/// cannot bound.
+#[inline(always)]
+fn credit(st: &mut ThreadStats, now: u64) {
+    let dur = now.saturating_sub(st.since_ns);
+    let s = st.state;
+    st.on_cpu_ns += if s == state::ON_CPU { dur } else { 0 };
+    st.runqueue_ns += if s == state::RUNQUEUE { dur } else { 0 };
+    st.io_wait_ns += if s == state::IO_WAIT { dur } else { 0 };
+    st.blocked_ns += if s == state::BLOCKED { dur } else { 0 };
+    st.since_ns = now;
+}
+
+#[btf_tracepoint(function = "sched_switch")]
+pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
+    let now = unsafe { bpf_ktime_get_ns() };
+    let Some(cpu_current) = CPU_CURRENT.get_ptr_mut(0) else {
+        return 0;
+    };
+    // SAFETY: a per-CPU slot; only this CPU's switches touch it.
+    let cpu_current = unsafe { &mut *cpu_current };
+    // CPU_UNKNOWN (nothing seen yet on this CPU) falls through to the lookup.
+    if *cpu_current != CPU_UNTRACKED {
+        let prev_tid = bpf_get_current_pid_tgid() as u32;
+        if let Some(st) = THREADS.get_ptr_mut(prev_tid) {
+            // SAFETY: map values stay valid for the program's run.
+            switch_out(&ctx, unsafe { &mut *st }, prev_tid, now);
+        }
+    }
+    let next: *const u8 = ctx.arg(2);
+    let next_tid = task_u32(next, offsets().task_pid);
+    *cpu_current = match THREADS.get_ptr_mut(next_tid) {
+        Some(st) => {
+            // SAFETY: as above.
+            let st = unsafe { &mut *st };
+            // A switch-in without a wakeup seen: the wakeup came before we attached.
+            if st.state != state::ON_CPU {
+                end_offcpu(st, next_tid, now);
+            }
+            credit_as_waiting(st, now);
+            st.state = state::ON_CPU;
+            CPU_TRACKED
+        }
+        None => CPU_UNTRACKED,
+    };
+    0
+}
+
+/// Closes the wait before a switch-in. A thread seeded as on-CPU that is switched in was in
+/// fact queued.
+#[inline(always)]
+fn credit_as_waiting(st: &mut ThreadStats, now: u64) {
+    if st.state == state::ON_CPU {
+        st.state = state::RUNQUEUE;
+    }
+    credit(st, now);
+}
+
+#[inline(always)]
+fn switch_out(ctx: &BtfTracePointContext, st: &mut ThreadStats, tid: u32, now: u64) {
+    // Being switched out means it ran, whatever the seed said.
+    st.state = state::ON_CPU;
+    credit(st, now);
+    let preempt = ctx.arg::<u64>(0) & 0xff != 0;
+    let prev_state = ctx.arg::<u64>(3) & 0xffff_ffff;
+    if preempt || prev_state == TASK_RUNNING {
+        st.state = state::RUNQUEUE;
+        return;
+    }
+    let prev: *const u8 = ctx.arg(1);
+    let o = offsets();
+    // SAFETY: a checked kernel read of one byte of `prev`.
+    let iowait_byte =
+        unsafe { bpf_probe_read_kernel(prev.add(o.task_in_iowait_byte as usize)) }.unwrap_or(0u8);
+    st.state = if o.task_in_iowait_mask != 0 && u32::from(iowait_byte) & o.task_in_iowait_mask != 0
+    {
+        state::IO_WAIT
+    } else {
+        state::BLOCKED
+    };
+    let interval = config().offcpu_sample_interval_ns;
+    if st.offcpu_pending == 0 && now.saturating_sub(st.offcpu_sampled_ns) >= interval {
+        if let Some(mut entry) = reserve::<OffCpuSample>(kind::OFFCPU_SAMPLE) {
+            let rec = entry.as_mut_ptr();
+            // SAFETY: `rec` is a reserved record of the right size; every field is written
+            // before submit.
+            unsafe {
+                (*rec).header = header(kind::OFFCPU_SAMPLE, tid, st.tgid, now);
+                (*rec).state = st.state;
+                (*rec)._pad = 0;
+                capture_stack(ctx, &raw mut (*rec).stack);
+            }
+            entry.submit(0);
+            st.offcpu_sampled_ns = now;
+            st.offcpu_pending = 1;
+        }
+    }
+}
+
+#[inline(always)]
+fn end_offcpu(st: &mut ThreadStats, tid: u32, now: u64) {
+    if st.offcpu_pending == 0 {
+        return;
+    }
+    st.offcpu_pending = 0;
+    if let Some(mut entry) = reserve::<Header>(kind::OFFCPU_END) {
+        entry.write(header(kind::OFFCPU_END, tid, st.tgid, now));
+        entry.submit(0);
+    }
+}
+
+#[inline(always)]
+fn wakeup(task: *const u8) {
+    let tid = task_u32(task, offsets().task_pid);
+    let Some(st) = THREADS.get_ptr_mut(tid) else {
+        return;
+    };
+    // SAFETY: map values stay valid for the program's run.
+    let st = unsafe { &mut *st };
+    if st.state == state::IO_WAIT || st.state == state::BLOCKED {
+        let now = unsafe { bpf_ktime_get_ns() };
+        end_offcpu(st, tid, now);
+        credit(st, now);
+        st.state = state::RUNQUEUE;
+    }
+}
+
+#[btf_tracepoint(function = "sched_wakeup")]
+pub fn sched_wakeup(ctx: BtfTracePointContext) -> i32 {
+    wakeup(ctx.arg(0));
+    0
+}
+
+#[btf_tracepoint(function = "sched_wakeup_new")]
+pub fn sched_wakeup_new(ctx: BtfTracePointContext) -> i32 {
+    wakeup(ctx.arg(0));
+    0
+}
+
+#[btf_tracepoint(function = "sched_process_fork")]
+pub fn sched_process_fork(ctx: BtfTracePointContext) -> i32 {
+    let parent_tid = bpf_get_current_pid_tgid() as u32;
+    if THREADS.get_ptr(parent_tid).is_none() {
+        return 0;
+    }
+    let child: *const u8 = ctx.arg(1);
+    let o = offsets();
+    let tid = task_u32(child, o.task_pid);
+    let tgid = task_u32(child, o.task_tgid);
+    let now = unsafe { bpf_ktime_get_ns() };
+    // Not runnable until wake_up_new_task, whose sched_wakeup_new moves it to the run queue.
+    let st = ThreadStats {
+        tgid,
+        state: state::BLOCKED,
+        since_ns: now,
+        ..ThreadStats::default()
+    };
+    let _ = THREADS.insert(tid, st, 0);
+    if let Some(mut entry) = reserve::<ThreadNew>(kind::THREAD_NEW) {
+        entry.write(ThreadNew {
+            header: header(kind::THREAD_NEW, tid, tgid, now),
+            parent_tid,
+            _pad: 0,
+        });
+        entry.submit(0);
+    }
+    0
+}
+
+#[btf_tracepoint(function = "sched_process_exit")]
+pub fn sched_process_exit(ctx: BtfTracePointContext) -> i32 {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tid = pid_tgid as u32;
+    let Some(st) = THREADS.get_ptr_mut(tid) else {
+        return 0;
+    };
+    // SAFETY: map values stay valid for the program's run.
+    let st = unsafe { &mut *st };
+    let now = unsafe { bpf_ktime_get_ns() };
+    st.state = state::ON_CPU;
+    credit(st, now);
+    if let Some(mut entry) = reserve::<ThreadExit>(kind::THREAD_EXIT) {
+        entry.write(ThreadExit {
+            header: header(kind::THREAD_EXIT, tid, (pid_tgid >> 32) as u32, now),
+            comm: bpf_get_current_comm().unwrap_or([0; 16]),
+            stats: *st,
+        });
+        entry.submit(0);
+    }
+    let _ = THREADS.remove(tid);
+    let _ = ctx.as_ptr();
+    0
+}
+
+#[btf_tracepoint(function = "sched_process_exec")]
+pub fn sched_process_exec(_ctx: BtfTracePointContext) -> i32 {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tid = pid_tgid as u32;
+    if THREADS.get_ptr(tid).is_none() {
+        return 0;
+    }
+    let now = unsafe { bpf_ktime_get_ns() };
+    if let Some(mut entry) = reserve::<ThreadNew>(kind::EXEC) {
+        entry.write(ThreadNew {
+            header: header(kind::EXEC, tid, (pid_tgid >> 32) as u32, now),
+            parent_tid: 0,
+            _pad: 0,
+        });
+        entry.submit(0);
+    }
+    0
+}

@@ -1,0 +1,138 @@
+//! Command-line interface: `record` captures (root), `report` re-analyses a file (no root).
+use std::{path::PathBuf, time::Duration};
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(name = "stallscope", version, about = "Explains why a GPU training job's GPU sits idle")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Attach to running processes (or launch a command) and record their threads' time.
+    Record(RecordArgs),
+    /// Analyse a recording made earlier; needs no privileges.
+    Report(ReportArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct OutputArgs {
+    /// Print the report as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// Where to write flamegraphs and folded stacks (default: next to the recording).
+    #[arg(long, value_name = "DIR")]
+    pub flamegraph_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct RecordArgs {
+    /// PID of a running process to trace, with all its threads and descendants. Repeatable.
+    #[arg(short, long = "pid", value_name = "PID", required_unless_present = "command")]
+    pub pids: Vec<u32>,
+    /// Stop after this long (e.g. 30s, 2m, 500ms). Default: until Ctrl-C or the target exits.
+    #[arg(short, long, value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Recording file (default: stallscope-<pid>-<timestamp>.rec).
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// On-CPU stack sampling rate per CPU, in Hz (0 turns sampling off).
+    #[arg(short, long, default_value_t = 99)]
+    pub rate: u64,
+    /// How often thread accounting is snapshotted into the timeline.
+    #[arg(long, value_parser = parse_duration, default_value = "50ms")]
+    pub tick: Duration,
+    /// Minimum spacing of off-CPU stack captures per thread.
+    #[arg(long, value_parser = parse_duration, default_value = "5ms")]
+    pub offcpu_interval: Duration,
+    #[command(flatten)]
+    pub out: OutputArgs,
+    /// Launch this command and trace it from its first instruction.
+    #[arg(last = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// The recording to analyse.
+    pub file: PathBuf,
+    #[command(flatten)]
+    pub out: OutputArgs,
+}
+
+/// Parses `30s`, `2m`, `500ms`, `1h` or a bare number of seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let value: f64 = num
+        .parse()
+        .map_err(|_| format!("`{s}` is not a duration (try 30s, 2m or 500ms)"))?;
+    let secs = match unit {
+        "" | "s" => value,
+        "ms" => value / 1e3,
+        "us" => value / 1e6,
+        "m" | "min" => value * 60.0,
+        "h" => value * 3600.0,
+        other => return Err(format!("unknown unit `{other}` in `{s}` (use ms, s, m or h)")),
+    };
+    if !secs.is_finite() || secs < 0.0 {
+        return Err(format!("`{s}` is not a valid duration"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("stallscope").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn record_by_pid() {
+        let cli = parse(&["record", "--pid", "42", "-p", "43", "-d", "2s", "-o", "x.rec", "--json"]).unwrap();
+        let Command::Record(r) = cli.command else { panic!("not record") };
+        assert_eq!(r.pids, [42, 43]);
+        assert_eq!(r.duration, Some(Duration::from_secs(2)));
+        assert_eq!(r.output.as_deref(), Some(std::path::Path::new("x.rec")));
+        assert!(r.out.json);
+        assert_eq!(r.rate, 99);
+    }
+
+    #[test]
+    fn record_launch_mode() {
+        let cli = parse(&["record", "--", "python", "train.py", "--epochs", "1"]).unwrap();
+        let Command::Record(r) = cli.command else { panic!("not record") };
+        assert!(r.pids.is_empty());
+        assert_eq!(r.command, ["python", "train.py", "--epochs", "1"]);
+    }
+
+    #[test]
+    fn record_needs_a_target() {
+        assert!(parse(&["record"]).is_err());
+        assert!(parse(&["record", "--pid", "abc"]).is_err());
+    }
+
+    #[test]
+    fn report_takes_a_file() {
+        let cli = parse(&["report", "a.rec", "--json"]).unwrap();
+        let Command::Report(r) = cli.command else { panic!("not report") };
+        assert_eq!(r.file, PathBuf::from("a.rec"));
+        assert!(r.out.json);
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("30s").unwrap(), Duration::from_secs(30));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("3").unwrap(), Duration::from_secs(3));
+        assert!(parse_duration("3 parsecs").is_err());
+        assert!(parse_duration("").is_err());
+    }
+}

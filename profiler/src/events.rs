@@ -1,0 +1,181 @@
+//! Decodes ring-buffer records into recording records. Kernel records are read with
+//! unaligned reads from the byte slice the ring buffer hands out, and anything too short or
+//! of an unknown kind is counted, never trusted.
+use std::collections::HashMap;
+
+use profiler_common::{BlockIo, CpuSample, Header, OffCpuSample, ThreadExit, ThreadNew, kind, state};
+use profiler_core::record::{Record, ThreadCounters};
+
+use crate::{
+    symbolize::{Namer, Stacks},
+    target,
+};
+
+fn read<T: Copy>(bytes: &[u8]) -> Option<T> {
+    (bytes.len() >= size_of::<T>()).then(|| {
+        // SAFETY: the length is checked; read_unaligned copes with any alignment, and T is a
+        // plain-old-data wire struct for which every bit pattern is valid.
+        unsafe { bytes.as_ptr().cast::<T>().read_unaligned() }
+    })
+}
+
+pub fn counters(tid: u32, s: &profiler_common::ThreadStats) -> ThreadCounters {
+    ThreadCounters {
+        tid,
+        pid: s.tgid,
+        on_cpu_ns: s.on_cpu_ns,
+        runqueue_ns: s.runqueue_ns,
+        io_wait_ns: s.io_wait_ns,
+        blocked_ns: s.blocked_ns,
+        page_cache_misses: s.pc_misses,
+        page_cache_miss_bytes: s.pc_miss_bytes,
+    }
+}
+
+fn comm_string(comm: &[u8; 16]) -> String {
+    let end = comm.iter().position(|&b| b == 0).unwrap_or(comm.len());
+    String::from_utf8_lossy(&comm[..end]).into_owned()
+}
+
+struct PendingOffCpu {
+    ts_ns: u64,
+    pid: u32,
+    io: bool,
+    stack: u32,
+}
+
+/// Per-session decoding state.
+#[derive(Default)]
+pub struct Decoder {
+    namer: Namer,
+    stacks: Stacks,
+    pending: HashMap<u32, PendingOffCpu>,
+    /// Records received per kind, for `received + dropped == attempted`.
+    pub received: [u64; kind::COUNT as usize],
+    pub malformed: u64,
+    /// TIDs the kernel reported as exited.
+    pub exited: Vec<u32>,
+}
+
+impl Decoder {
+    fn stack(&mut self, pid: u32, stack: &profiler_common::Stack, out: &mut Vec<Record>) -> u32 {
+        let frames = self.namer.name_stack(pid, stack);
+        let (id, new) = self.stacks.intern(frames);
+        if let Some(frames) = new {
+            out.push(Record::Stack { id, frames });
+        }
+        id
+    }
+
+    /// Decodes one ring-buffer record, appending what it yields to `out`.
+    pub fn decode(&mut self, bytes: &[u8], out: &mut Vec<Record>) {
+        let Some(h) = read::<Header>(bytes) else {
+            self.malformed += 1;
+            return;
+        };
+        if h.kind >= kind::COUNT {
+            self.malformed += 1;
+            return;
+        }
+        let ok = match h.kind {
+            kind::CPU_SAMPLE => read::<CpuSample>(bytes).map(|s| {
+                let stack = self.stack(h.pid, &s.stack, out);
+                out.push(Record::CpuSample {
+                    ts_ns: h.ts_ns,
+                    tid: h.tid,
+                    pid: h.pid,
+                    stack,
+                });
+            }),
+            kind::OFFCPU_SAMPLE => read::<OffCpuSample>(bytes).map(|s| {
+                let stack = self.stack(h.pid, &s.stack, out);
+                self.pending.insert(
+                    h.tid,
+                    PendingOffCpu {
+                        ts_ns: h.ts_ns,
+                        pid: h.pid,
+                        io: s.state == state::IO_WAIT,
+                        stack,
+                    },
+                );
+            }),
+            kind::OFFCPU_END => {
+                self.close_offcpu(h.tid, h.ts_ns, out);
+                Some(())
+            }
+            kind::BLOCK_IO => read::<BlockIo>(bytes).map(|b| {
+                out.push(Record::BlockIo {
+                    ts_ns: h.ts_ns,
+                    tid: h.tid,
+                    pid: h.pid,
+                    dev: b.dev,
+                    write: b.write == 1,
+                    sector: b.sector,
+                    bytes: b.bytes,
+                    queue_ns: b.queue_ns,
+                    service_ns: b.service_ns,
+                });
+            }),
+            kind::THREAD_EXIT => read::<ThreadExit>(bytes).map(|e| {
+                self.close_offcpu(h.tid, h.ts_ns, out);
+                out.push(Record::Thread {
+                    ts_ns: h.ts_ns,
+                    tid: h.tid,
+                    pid: h.pid,
+                    comm: comm_string(&e.comm),
+                });
+                out.push(Record::ThreadExit {
+                    ts_ns: h.ts_ns,
+                    counters: counters(h.tid, &e.stats),
+                });
+                self.exited.push(h.tid);
+            }),
+            kind::THREAD_NEW | kind::EXEC => read::<ThreadNew>(bytes).map(|_| {
+                if h.kind == kind::EXEC {
+                    self.namer.forget(h.pid);
+                }
+                let comm = target::comm(h.tid).unwrap_or_default();
+                out.push(Record::Thread {
+                    ts_ns: h.ts_ns,
+                    tid: h.tid,
+                    pid: h.pid,
+                    comm,
+                });
+                if h.tid == h.pid {
+                    out.push(Record::Process {
+                        ts_ns: h.ts_ns,
+                        pid: h.pid,
+                        ppid: target::ppid(h.pid),
+                        cmdline: target::cmdline(h.pid).unwrap_or_default(),
+                    });
+                }
+            }),
+            _ => None,
+        };
+        match ok {
+            Some(()) => self.received[h.kind as usize] += 1,
+            None => self.malformed += 1,
+        }
+    }
+
+    fn close_offcpu(&mut self, tid: u32, end_ns: u64, out: &mut Vec<Record>) {
+        if let Some(p) = self.pending.remove(&tid) {
+            out.push(Record::OffCpuSample {
+                ts_ns: p.ts_ns,
+                tid,
+                pid: p.pid,
+                duration_ns: end_ns.saturating_sub(p.ts_ns),
+                io: p.io,
+                stack: p.stack,
+            });
+        }
+    }
+
+    /// Closes off-CPU periods still open when the recording ends.
+    pub fn finish(&mut self, end_ns: u64, out: &mut Vec<Record>) {
+        let tids: Vec<u32> = self.pending.keys().copied().collect();
+        for tid in tids {
+            self.close_offcpu(tid, end_ns, out);
+        }
+    }
+}

@@ -1,0 +1,133 @@
+//! Loads and attaches the eBPF programs. Every program is loaded (verified) before anything
+//! is attached, so a verifier rejection leaves nothing half-attached; all links are file
+//! descriptors, so even SIGKILL leaves the kernel clean.
+use aya::{
+    Btf, Ebpf, EbpfLoader,
+    programs::{
+        BtfTracePoint, PerfEvent, ProgramError, TracePoint,
+        perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
+    },
+};
+use profiler_common::{Config, Offsets};
+
+/// A program that failed the verifier: its name and the whole verifier log.
+#[derive(Debug, thiserror::Error)]
+#[error("the kernel's verifier rejected eBPF program `{program}`: {error}\n--- verifier log ---\n{log}")]
+pub struct VerifierRejection {
+    pub program: String,
+    pub error: String,
+    pub log: String,
+}
+
+const SCHED: [&str; 6] = [
+    "sched_switch",
+    "sched_wakeup",
+    "sched_wakeup_new",
+    "sched_process_fork",
+    "sched_process_exit",
+    "sched_process_exec",
+];
+const BLOCK: [&str; 3] = ["block_bio_queue", "block_rq_issue", "block_rq_complete"];
+const FILEMAP: &str = "mm_filemap_add_to_page_cache";
+
+static BYTECODE: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/stallscope"));
+
+fn rejection(program: &str, e: ProgramError) -> anyhow::Error {
+    match e {
+        ProgramError::LoadError {
+            io_error,
+            verifier_log,
+        } => VerifierRejection {
+            program: program.to_string(),
+            error: io_error.to_string(),
+            log: verifier_log.to_string(),
+        }
+        .into(),
+        other => anyhow::Error::new(other).context(format!("loading eBPF program `{program}`")),
+    }
+}
+
+/// Loads every program. Optional signals in `skip` (block_io, page_cache) are not loaded.
+pub fn load(offsets: &Offsets, config: &Config, skip: &[String]) -> anyhow::Result<Ebpf> {
+    let mut ebpf = EbpfLoader::new()
+        .override_global("OFFSETS", offsets, true)
+        .override_global("CONFIG", config, true)
+        .load(BYTECODE)
+        .map_err(|e| anyhow::Error::new(e).context("loading stallscope's eBPF object"))?;
+    if let Err(e) = aya_log::EbpfLogger::init(&mut ebpf) {
+        log::debug!("eBPF logging not active: {e}");
+    }
+    let btf = Btf::from_sys_fs().map_err(|e| anyhow::anyhow!("reading kernel BTF: {e}"))?;
+    for name in SCHED {
+        let prog: &mut BtfTracePoint = program(&mut ebpf, name)?;
+        prog.load(name, &btf).map_err(|e| rejection(name, e))?;
+    }
+    let wanted = |signal: &str| !skip.iter().any(|s| s == signal);
+    if wanted("block_io") {
+        for name in BLOCK {
+            let prog: &mut TracePoint = program(&mut ebpf, name)?;
+            prog.load().map_err(|e| rejection(name, e))?;
+        }
+    }
+    if wanted("page_cache") {
+        let prog: &mut TracePoint = program(&mut ebpf, FILEMAP)?;
+        prog.load().map_err(|e| rejection(FILEMAP, e))?;
+    }
+    let prog: &mut PerfEvent = program(&mut ebpf, "cpu_sample")?;
+    prog.load().map_err(|e| rejection("cpu_sample", e))?;
+    Ok(ebpf)
+}
+
+fn program<'a, T>(ebpf: &'a mut Ebpf, name: &str) -> anyhow::Result<&'a mut T>
+where
+    &'a mut T: TryFrom<&'a mut aya::programs::Program, Error = ProgramError>,
+{
+    let prog = ebpf
+        .program_mut(name)
+        .ok_or_else(|| anyhow::anyhow!("eBPF program `{name}` missing from the object"))?;
+    Ok(prog.try_into()?)
+}
+
+/// Attaches the loaded programs. Scheduler tracing is required; the other signals degrade
+/// to a named entry in the returned list.
+pub fn attach(ebpf: &mut Ebpf, sample_hz: u64) -> anyhow::Result<Vec<(String, String)>> {
+    let mut unavailable = Vec::new();
+    for name in SCHED {
+        let prog: &mut BtfTracePoint = program(ebpf, name)?;
+        prog.attach()
+            .map_err(|e| anyhow::Error::new(e).context(format!("attaching {name}")))?;
+    }
+    for name in BLOCK {
+        if let Ok(prog) = program::<TracePoint>(ebpf, name) {
+            if prog.fd().is_err() {
+                continue;
+            }
+            if let Err(e) = prog.attach("block", name) {
+                unavailable.push(("block_io".into(), format!("attaching block:{name}: {e}")));
+            }
+        }
+    }
+    if let Ok(prog) = program::<TracePoint>(ebpf, FILEMAP) {
+        if prog.fd().is_ok() {
+            if let Err(e) = prog.attach("filemap", FILEMAP) {
+                unavailable.push(("page_cache".into(), format!("attaching filemap:{FILEMAP}: {e}")));
+            }
+        }
+    }
+    if sample_hz > 0 {
+        let prog: &mut PerfEvent = program(ebpf, "cpu_sample")?;
+        let cpus = aya::util::online_cpus().map_err(|(what, e)| anyhow::anyhow!("{what}: {e}"))?;
+        for cpu in cpus {
+            if let Err(e) = prog.attach(
+                PerfEventConfig::Software(SoftwareEvent::CpuClock),
+                PerfEventScope::AllProcessesOneCpu { cpu },
+                SamplePolicy::Frequency(sample_hz),
+                false,
+            ) {
+                unavailable.push(("cpu_stacks".into(), format!("perf_event_open on CPU {cpu}: {e}")));
+                break;
+            }
+        }
+    }
+    Ok(unavailable)
+}

@@ -1,0 +1,87 @@
+//! Gathers the kernel layout the eBPF programs need (BTF for `task_struct`, tracefs for
+//! classic tracepoint records) and says which signals are missing on this kernel.
+use profiler_common::Offsets;
+
+use crate::{btf::Btf, tracefs};
+
+const NO_FIELD: u32 = u32::MAX;
+
+/// The layout found, and the optional signals that cannot be traced, with the reason.
+pub struct Layout {
+    pub offsets: Offsets,
+    pub missing: Vec<(String, String)>,
+}
+
+/// `task_struct` offsets are required: without them nothing can be traced.
+pub fn read_layout() -> anyhow::Result<Layout> {
+    let data = std::fs::read("/sys/kernel/btf/vmlinux").map_err(|e| {
+        anyhow::anyhow!("cannot read kernel BTF at /sys/kernel/btf/vmlinux ({e}); stallscope needs a kernel built with CONFIG_DEBUG_INFO_BTF")
+    })?;
+    let btf = Btf::parse(&data)?;
+    let pid = btf.member_offset("task_struct", "pid")?;
+    let tgid = btf.member_offset("task_struct", "tgid")?;
+    let mut missing = Vec::new();
+    let mut o = Offsets {
+        task_pid: pid.byte_offset(),
+        task_tgid: tgid.byte_offset(),
+        filemap_order: NO_FIELD,
+        ..Offsets::default()
+    };
+    match btf.member_offset("task_struct", "in_iowait") {
+        Ok(m) => {
+            o.task_in_iowait_byte = m.byte_offset();
+            o.task_in_iowait_mask = 1 << (m.bit_offset % 8);
+        }
+        Err(e) => missing.push((
+            "io_wait".to_string(),
+            format!("{e}: IO waits are counted as blocked"),
+        )),
+    }
+    let mut need = |cat: &str, name: &str, signal: &str, names: &[&str]| -> Option<Vec<u32>> {
+        let found = tracefs::fields(cat, name).and_then(|f| {
+            names
+                .iter()
+                .map(|n| f.get(*n).copied())
+                .collect::<Option<Vec<_>>>()
+        });
+        if found.is_none() {
+            missing.push((
+                signal.to_string(),
+                format!("tracepoint {cat}:{name} is missing or lacks fields {names:?}"),
+            ));
+        }
+        found
+    };
+    if let Some(f) = need("block", "block_bio_queue", "block_io", &["dev", "sector", "rwbs"]) {
+        (o.bio_queue_dev, o.bio_queue_sector, o.bio_queue_rwbs) = (f[0], f[1], f[2]);
+    }
+    if let Some(f) = need("block", "block_rq_issue", "block_io", &["dev", "sector"]) {
+        (o.rq_issue_dev, o.rq_issue_sector) = (f[0], f[1]);
+    }
+    if let Some(f) = need(
+        "block",
+        "block_rq_complete",
+        "block_io",
+        &["dev", "sector", "nr_sector", "error", "rwbs"],
+    ) {
+        o.rq_complete_dev = f[0];
+        o.rq_complete_sector = f[1];
+        o.rq_complete_nr_sector = f[2];
+        o.rq_complete_error = f[3];
+        o.rq_complete_rwbs = f[4];
+    }
+    let filemap = tracefs::fields("filemap", "mm_filemap_add_to_page_cache");
+    match filemap {
+        Some(f) if f.contains_key("i_ino") && f.contains_key("s_dev") => {
+            o.filemap_ino = f["i_ino"];
+            o.filemap_dev = f["s_dev"];
+            o.filemap_order = f.get("order").copied().unwrap_or(NO_FIELD);
+        }
+        _ => missing.push((
+            "page_cache".to_string(),
+            "tracepoint filemap:mm_filemap_add_to_page_cache is missing".to_string(),
+        )),
+    }
+    missing.dedup_by(|a, b| a.0 == b.0);
+    Ok(Layout { offsets: o, missing })
+}

@@ -1,0 +1,86 @@
+//! Turns a recording file into what the user sees: the report on stdout (text or JSON) and
+//! flamegraphs plus folded stacks on disk. `record` and `report` both end here, on the same
+//! file, so a live run and a later `report` print the same thing.
+use std::{
+    fs::File,
+    io::{BufReader, BufWriter, Write},
+    path::{Path, PathBuf},
+};
+
+use anyhow::Context as _;
+use profiler_core::{analyze_reader, folded, report_json, report_text};
+
+use crate::{cli::OutputArgs, owner};
+
+pub fn render(recording: &Path, out: &OutputArgs) -> anyhow::Result<()> {
+    let file = File::open(recording)
+        .with_context(|| format!("cannot open recording {}", recording.display()))?;
+    let (analysis, load) = analyze_reader(BufReader::new(file))
+        .with_context(|| format!("cannot read recording {}", recording.display()))?;
+    if let Some(t) = &load.truncated {
+        eprintln!(
+            "stallscope: warning: {} is cut short at byte {} (was the recorder killed?); \
+             analysed the {} complete records before it",
+            recording.display(),
+            t.offset,
+            t.records_loaded
+        );
+    }
+    let dir = out
+        .flamegraph_dir
+        .clone()
+        .or_else(|| recording.parent().map(Path::to_path_buf))
+        .unwrap_or_else(|| PathBuf::from("."));
+    let stem = recording
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "stallscope".into());
+    let written = write_flamegraphs(&analysis, &dir, &stem)?;
+
+    let stdout = std::io::stdout();
+    let mut stdout = stdout.lock();
+    if out.json {
+        report_json::write_json(&analysis, &load, &mut stdout)?;
+        writeln!(stdout)?;
+    } else {
+        report_text::write_text(&analysis, &load, &mut stdout)?;
+    }
+    stdout.flush()?;
+    for p in written {
+        eprintln!("stallscope: wrote {}", p.display());
+    }
+    Ok(())
+}
+
+fn write_flamegraphs(
+    analysis: &profiler_core::Analysis,
+    dir: &Path,
+    stem: &str,
+) -> anyhow::Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let mut written = Vec::new();
+    let sets = [
+        ("oncpu", folded::on_cpu_folded(analysis)),
+        ("offcpu", folded::off_cpu_folded(analysis)),
+    ];
+    for (name, lines) in sets {
+        if lines.is_empty() {
+            continue;
+        }
+        let folded_path = dir.join(format!("{stem}.{name}.folded"));
+        let mut w = BufWriter::new(owner::create_private(&folded_path)?);
+        folded::write_folded(&lines, &mut w)?;
+        w.flush()?;
+        written.push(folded_path);
+        let svg_path = dir.join(format!("{stem}.{name}.svg"));
+        let mut w = BufWriter::new(owner::create_private(&svg_path)?);
+        if name == "oncpu" {
+            folded::on_cpu_svg(analysis, &mut w)?;
+        } else {
+            folded::off_cpu_svg(analysis, &mut w)?;
+        }
+        w.flush()?;
+        written.push(svg_path);
+    }
+    Ok(written)
+}

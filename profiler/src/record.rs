@@ -1,0 +1,175 @@
+//! `stallscope record`: everything between the command line and a finished recording.
+use std::{io::BufWriter, path::PathBuf};
+
+use anyhow::Context as _;
+use aya::maps::{HashMap as BpfHashMap, RingBuf};
+use profiler_common::{Config, ThreadStats};
+use profiler_core::{
+    format::RecordingWriter,
+    record::{EndReason, Meta, Record},
+};
+
+use crate::{
+    cli::RecordArgs, launch, loader, offsets, output, owner, privileges, session, target,
+};
+
+fn default_output(args: &RecordArgs, root: u32) -> PathBuf {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let name = args
+        .command
+        .first()
+        .and_then(|c| std::path::Path::new(c).file_name())
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| root.to_string());
+    PathBuf::from(format!("stallscope-{name}-{secs}.rec"))
+}
+
+fn unix_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+pub fn run(args: RecordArgs) -> anyhow::Result<i32> {
+    privileges::check()?;
+    let layout = offsets::read_layout()?;
+    for (signal, reason) in &layout.missing {
+        eprintln!("stallscope: warning: {signal} unavailable: {reason}");
+    }
+    let mut launched = if args.command.is_empty() {
+        None
+    } else {
+        Some(launch::spawn(&args.command)?)
+    };
+    let roots: Vec<u32> = match &launched {
+        Some(l) => vec![l.pid],
+        None => args.pids.clone(),
+    };
+    let tree = target::process_tree(&roots)?;
+    let config = Config {
+        offcpu_sample_interval_ns: args.offcpu_interval.as_nanos() as u64,
+        // SAFETY: sysconf has no preconditions.
+        page_size: unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u64,
+    };
+    let skip: Vec<String> = layout.missing.iter().map(|(s, _)| s.clone()).collect();
+    let mut ebpf = loader::load(&layout.offsets, &config, &skip)?;
+
+    let mut threads: BpfHashMap<_, u32, ThreadStats> = BpfHashMap::try_from(
+        ebpf.take_map("THREADS")
+            .ok_or_else(|| anyhow::anyhow!("map THREADS missing"))?,
+    )?;
+    let ring = RingBuf::try_from(
+        ebpf.take_map("EVENTS")
+            .ok_or_else(|| anyhow::anyhow!("map EVENTS missing"))?,
+    )?;
+    let start_ns = session::monotonic_ns();
+    let seeds = match &launched {
+        Some(l) => vec![target::SeedThread {
+            tid: l.pid,
+            pid: l.pid,
+            state: profiler_common::state::BLOCKED,
+        }],
+        None => target::threads(&tree),
+    };
+    for s in &seeds {
+        let st = ThreadStats {
+            tgid: s.pid,
+            state: s.state,
+            since_ns: start_ns,
+            ..ThreadStats::default()
+        };
+        threads
+            .insert(s.tid, st, 0)
+            .with_context(|| format!("seeding thread {}", s.tid))?;
+    }
+    let mut unavailable = layout.missing.clone();
+    unavailable.extend(loader::attach(&mut ebpf, args.rate)?);
+    for (signal, reason) in unavailable.iter().skip(layout.missing.len()) {
+        eprintln!("stallscope: warning: {signal} unavailable: {reason}");
+    }
+
+    let path = args
+        .output
+        .clone()
+        .unwrap_or_else(|| default_output(&args, roots[0]));
+    let file = owner::create_private(&path)?;
+    let mut writer = RecordingWriter::new(BufWriter::new(file))?;
+    writer.write(&Record::Meta(Meta {
+        target_pids: roots.clone(),
+        command: args.command.clone(),
+        start_ns,
+        start_unix_ns: unix_ns(),
+        hostname: std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .unwrap_or_default()
+            .trim()
+            .to_string(),
+        kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .unwrap_or_default()
+            .trim()
+            .to_string(),
+        sample_hz: args.rate,
+        tick_ns: args.tick.as_nanos() as u64,
+        stallscope_version: env!("CARGO_PKG_VERSION").to_string(),
+    }))?;
+    for (signal, reason) in &unavailable {
+        writer.write(&Record::Unavailable {
+            signal: signal.clone(),
+            reason: reason.clone(),
+        })?;
+    }
+    for &pid in &tree {
+        writer.write(&Record::Process {
+            ts_ns: start_ns,
+            pid,
+            ppid: target::ppid(pid),
+            cmdline: target::cmdline(pid).unwrap_or_default(),
+        })?;
+    }
+    for s in &seeds {
+        writer.write(&Record::Thread {
+            ts_ns: start_ns,
+            tid: s.tid,
+            pid: s.pid,
+            comm: target::comm(s.tid).unwrap_or_default(),
+        })?;
+    }
+    let mut session = session::Session::new(ebpf, threads, writer, tree);
+    eprintln!(
+        "stallscope: tracing {} thread(s) of PID {}{}; writing {}",
+        seeds.len(),
+        roots
+            .iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(", "),
+        args.duration
+            .map(|d| format!(" for {:.1}s", d.as_secs_f64()))
+            .unwrap_or_else(|| " until Ctrl-C or exit".into()),
+        path.display()
+    );
+    if let Some(l) = launched.as_mut() {
+        l.release();
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let reason = runtime.block_on(session.run(ring, args.tick, args.duration))?;
+    drop(session);
+    match reason {
+        EndReason::TargetExited => eprintln!("stallscope: the target exited; recording ends"),
+        EndReason::Signal => eprintln!("stallscope: interrupted; recording flushed"),
+        EndReason::Duration => {}
+    }
+    let mut code = 0;
+    if let Some(l) = launched.take() {
+        code = l.wait_exit_code();
+    }
+    output::render(&path, &args.out)?;
+    eprintln!("stallscope: recording saved to {}", path.display());
+    let _ = code;
+    Ok(0)
+}

@@ -1,0 +1,250 @@
+//! A live recording: seeds the tracked threads, attaches, then streams ring-buffer records
+//! and periodic accounting snapshots into the recording file until the duration ends, a
+//! signal arrives or every traced thread has exited.
+use std::{
+    collections::{BTreeSet, HashMap},
+    fs::File,
+    io::BufWriter,
+    time::Duration,
+};
+
+use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
+use profiler_common::{EventCounts, FileKey, FileMisses, ThreadStats, kind, state};
+use profiler_core::{
+    format::RecordingWriter,
+    record::{EndReason, EventLoss, Record, ThreadCounters},
+};
+use tokio::{
+    io::{Interest, unix::AsyncFd},
+    signal::unix::{SignalKind, signal},
+};
+
+use crate::{events::Decoder, files::FileNames, target};
+
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+pub struct Session {
+    pub ebpf: aya::Ebpf,
+    pub threads: BpfHashMap<MapData, u32, ThreadStats>,
+    pub writer: RecordingWriter<BufWriter<File>>,
+    pub decoder: Decoder,
+    /// Last counters written per live thread; snapshots never go backwards.
+    last: HashMap<u32, ThreadCounters>,
+    pids: BTreeSet<u32>,
+    files: FileNames,
+    comms: HashMap<u32, String>,
+}
+
+/// The counters of a live thread, with its open interval credited up to `now`.
+fn snapshot(tid: u32, st: &ThreadStats, now: u64) -> ThreadCounters {
+    let mut c = crate::events::counters(tid, st);
+    let open = now.saturating_sub(st.since_ns);
+    match st.state {
+        state::ON_CPU => c.on_cpu_ns += open,
+        state::RUNQUEUE => c.runqueue_ns += open,
+        state::IO_WAIT => c.io_wait_ns += open,
+        _ => c.blocked_ns += open,
+    }
+    c
+}
+
+/// Field-wise maximum: a torn read of a map value being updated must not make time run
+/// backwards in the recording.
+fn monotonic(prev: Option<&ThreadCounters>, mut c: ThreadCounters) -> ThreadCounters {
+    if let Some(p) = prev {
+        c.on_cpu_ns = c.on_cpu_ns.max(p.on_cpu_ns);
+        c.runqueue_ns = c.runqueue_ns.max(p.runqueue_ns);
+        c.io_wait_ns = c.io_wait_ns.max(p.io_wait_ns);
+        c.blocked_ns = c.blocked_ns.max(p.blocked_ns);
+        c.page_cache_misses = c.page_cache_misses.max(p.page_cache_misses);
+        c.page_cache_miss_bytes = c.page_cache_miss_bytes.max(p.page_cache_miss_bytes);
+    }
+    c
+}
+
+impl Session {
+    pub fn new(
+        ebpf: aya::Ebpf,
+        threads: BpfHashMap<MapData, u32, ThreadStats>,
+        writer: RecordingWriter<BufWriter<File>>,
+        pids: BTreeSet<u32>,
+    ) -> Self {
+        Self {
+            ebpf,
+            threads,
+            writer,
+            decoder: Decoder::default(),
+            last: HashMap::new(),
+            pids,
+            files: FileNames::default(),
+            comms: HashMap::new(),
+        }
+    }
+
+    fn write_all(&mut self, records: Vec<Record>) -> anyhow::Result<()> {
+        for mut r in records {
+            match &mut r {
+                Record::ThreadExit { counters, .. } => {
+                    *counters = monotonic(self.last.remove(&counters.tid).as_ref(), *counters);
+                }
+                Record::Thread { tid, comm, .. } => {
+                    self.comms.insert(*tid, comm.clone());
+                }
+                Record::Process { pid, .. } => {
+                    self.pids.insert(*pid);
+                    self.files.scan(*pid);
+                }
+                _ => {}
+            }
+            self.writer.write(&r)?;
+        }
+        Ok(())
+    }
+
+    fn drain(&mut self, ring: &mut RingBuf<MapData>) -> anyhow::Result<()> {
+        let mut out = Vec::new();
+        while let Some(item) = ring.next() {
+            self.decoder.decode(&item, &mut out);
+        }
+        self.write_all(out)
+    }
+
+    /// Writes a Tick; returns how many tracked threads are alive.
+    fn tick(&mut self) -> anyhow::Result<usize> {
+        let now = monotonic_ns();
+        let mut threads = Vec::new();
+        for entry in self.threads.iter() {
+            let Ok((tid, st)) = entry else { continue };
+            let c = monotonic(self.last.get(&tid), snapshot(tid, &st, now));
+            self.last.insert(tid, c);
+            threads.push(c);
+        }
+        let alive = threads.len();
+        threads.sort_by_key(|c| c.tid);
+        self.writer.write(&Record::Tick { ts_ns: now, threads })?;
+        self.writer.flush()?;
+        Ok(alive)
+    }
+
+    pub async fn run(
+        &mut self,
+        ring: RingBuf<MapData>,
+        tick_every: Duration,
+        duration: Option<Duration>,
+    ) -> anyhow::Result<EndReason> {
+        // SAFETY: the ring buffer owns its map fd, which stays open and unchanged for as long
+        // as the AsyncFd owns the ring buffer.
+        let mut ring = unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }
+            .map_err(|e| anyhow::anyhow!("registering the ring buffer with tokio: {e}"))?;
+        let mut ticker = tokio::time::interval(tick_every);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut sigint = signal(SignalKind::interrupt())?;
+        let mut sigterm = signal(SignalKind::terminate())?;
+        let deadline = tokio::time::sleep(duration.unwrap_or(Duration::from_secs(u64::MAX / 4)));
+        tokio::pin!(deadline);
+        let mut scans = 0u64;
+        let reason = loop {
+            tokio::select! {
+                guard = ring.readable_mut() => {
+                    let mut guard = guard?;
+                    self.drain(guard.get_inner_mut())?;
+                    guard.clear_ready();
+                }
+                _ = ticker.tick() => {
+                    scans += 1;
+                    if scans % 20 == 1 {
+                        let pids: Vec<u32> = self.pids.iter().copied().collect();
+                        for pid in pids {
+                            self.files.scan(pid);
+                        }
+                    }
+                    if self.tick()? == 0 {
+                        break EndReason::TargetExited;
+                    }
+                }
+                _ = sigint.recv() => break EndReason::Signal,
+                _ = sigterm.recv() => break EndReason::Signal,
+                _ = &mut deadline, if duration.is_some() => break EndReason::Duration,
+            }
+        };
+        self.drain(ring.get_mut())?;
+        self.finish(reason)?;
+        Ok(reason)
+    }
+
+    fn finish(&mut self, reason: EndReason) -> anyhow::Result<()> {
+        self.tick()?;
+        let now = monotonic_ns();
+        let mut out = Vec::new();
+        self.decoder.finish(now, &mut out);
+        // Thread names can change (prctl, exec) without an event: take the last word.
+        for tid in self.last.keys().copied().collect::<Vec<_>>() {
+            if let Some(comm) = target::comm(tid) {
+                if self.comms.get(&tid) != Some(&comm) {
+                    let pid = self.last[&tid].pid;
+                    out.push(Record::Thread { ts_ns: now, tid, pid, comm });
+                }
+            }
+        }
+        self.write_all(out)?;
+        self.page_cache_files()?;
+        self.losses()?;
+        self.writer.write(&Record::End { ts_ns: now, reason })?;
+        self.writer.flush()?;
+        Ok(())
+    }
+
+    fn page_cache_files(&mut self) -> anyhow::Result<()> {
+        let map = self
+            .ebpf
+            .map("PAGE_CACHE_FILES")
+            .ok_or_else(|| anyhow::anyhow!("map PAGE_CACHE_FILES missing"))?;
+        let files: BpfHashMap<_, FileKey, FileMisses> = BpfHashMap::try_from(map)?;
+        let mut rows: Vec<(FileKey, FileMisses)> = files.iter().flatten().collect();
+        rows.sort_by_key(|(k, _)| (k.tid, k.dev, k.ino));
+        let pids: HashMap<u32, u32> = self.last.iter().map(|(t, c)| (*t, c.pid)).collect();
+        for (k, m) in rows {
+            let record = Record::PageCacheFile {
+                tid: k.tid,
+                pid: pids.get(&k.tid).copied().unwrap_or(0),
+                dev: k.dev,
+                ino: k.ino,
+                path: self.files.name(k.dev, k.ino),
+                pages: m.pages,
+                bytes: m.bytes,
+            };
+            self.writer.write(&record)?;
+        }
+        Ok(())
+    }
+
+    fn losses(&mut self) -> anyhow::Result<()> {
+        let map = self
+            .ebpf
+            .map("COUNTS")
+            .ok_or_else(|| anyhow::anyhow!("map COUNTS missing"))?;
+        let counts: PerCpuArray<_, EventCounts> = PerCpuArray::try_from(map)?;
+        for k in 1..kind::COUNT {
+            let per_cpu = counts.get(&k, 0)?;
+            let (attempted, dropped) = per_cpu
+                .iter()
+                .fold((0, 0), |(a, d), c| (a + c.attempted, d + c.dropped));
+            let loss = EventLoss {
+                kind: kind::NAMES[k as usize].to_string(),
+                attempted,
+                dropped,
+                received: self.decoder.received[k as usize],
+            };
+            self.writer.write(&Record::Loss(loss))?;
+        }
+        Ok(())
+    }
+}

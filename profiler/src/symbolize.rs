@@ -1,0 +1,148 @@
+//! Turns raw stack addresses into interned, named stacks as samples arrive, while the
+//! sampled process still exists: a recording must stay readable after every process in it
+//! has exited, so names, not addresses, go into the file.
+use std::collections::HashMap;
+
+use blazesym::{
+    Addr, Pid,
+    symbolize::{
+        Input, Symbolized, Symbolizer,
+        source::{Kernel, Process, Source},
+    },
+};
+use profiler_common::Stack;
+
+/// Interns stacks: the same frames get the same id, and only new stacks are reported.
+#[derive(Default)]
+pub struct Stacks {
+    ids: HashMap<Vec<String>, u32>,
+}
+
+impl Stacks {
+    /// Returns the id of `frames` and whether it is new (so the caller writes it out).
+    pub fn intern(&mut self, frames: Vec<String>) -> (u32, Option<Vec<String>>) {
+        if let Some(&id) = self.ids.get(&frames) {
+            return (id, None);
+        }
+        let id = self.ids.len() as u32;
+        self.ids.insert(frames.clone(), id);
+        (id, Some(frames))
+    }
+}
+
+pub struct Namer {
+    symbolizer: Symbolizer,
+    /// (pid, address) -> name; pid 0 holds kernel addresses.
+    cache: HashMap<(u32, u64), String>,
+}
+
+impl Default for Namer {
+    fn default() -> Self {
+        Self {
+            symbolizer: Symbolizer::new(),
+            cache: HashMap::new(),
+        }
+    }
+}
+
+/// The addresses of a `bpf_get_stack` buffer, leaf first. `len` is the helper's byte count.
+fn frames(buf: &[u64], len: i32) -> &[u64] {
+    let n = (len.max(0) as usize / 8).min(buf.len());
+    &buf[..n]
+}
+
+/// Return addresses point after the call; step back one byte so that a call that ends a
+/// function is named by that function, as perf does. The leaf is a real PC.
+fn lookup_addrs(addrs: &[u64]) -> Vec<Addr> {
+    addrs
+        .iter()
+        .enumerate()
+        .map(|(i, &a)| if i == 0 { a } else { a.saturating_sub(1) })
+        .collect()
+}
+
+impl Namer {
+    fn names(&mut self, pid: u32, addrs: &[u64], kernel: bool) -> Vec<String> {
+        let key_pid = if kernel { 0 } else { pid };
+        let lookup = lookup_addrs(addrs);
+        let mut missing: Vec<Addr> = lookup
+            .iter()
+            .copied()
+            .filter(|a| !self.cache.contains_key(&(key_pid, *a)))
+            .collect();
+        missing.sort_unstable();
+        missing.dedup();
+        if !missing.is_empty() {
+            let src = if kernel {
+                Source::Kernel(Kernel::default())
+            } else {
+                Source::Process(Process::new(Pid::from(pid)))
+            };
+            let resolved = self.symbolizer.symbolize(&src, Input::AbsAddr(&missing));
+            for (i, addr) in missing.iter().enumerate() {
+                let name = match resolved.as_ref().ok().and_then(|r| r.get(i)) {
+                    Some(Symbolized::Sym(sym)) => sym.name.to_string(),
+                    _ => "[unknown]".to_string(),
+                };
+                let name = if kernel { format!("{name}_[k]") } else { name };
+                self.cache.insert((key_pid, *addr), name);
+            }
+        }
+        lookup
+            .iter()
+            .map(|a| self.cache[&(key_pid, *a)].clone())
+            .collect()
+    }
+
+    /// Names a sampled stack, root first: user frames, then kernel frames.
+    pub fn name_stack(&mut self, pid: u32, stack: &Stack) -> Vec<String> {
+        let user = frames(&stack.user, stack.user_len);
+        let kernel = frames(&stack.kernel, stack.kernel_len);
+        let mut out: Vec<String> = self.names(pid, user, false);
+        out.reverse();
+        let mut k = self.names(pid, kernel, true);
+        k.reverse();
+        out.extend(k);
+        if out.is_empty() {
+            out.push("[no stack]".to_string());
+        }
+        out
+    }
+
+    /// Forgets a process's user addresses (after exec its mappings changed).
+    pub fn forget(&mut self, pid: u32) {
+        self.cache.retain(|(p, _), _| *p != pid);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interning_reuses_ids() {
+        let mut s = Stacks::default();
+        let (a, new_a) = s.intern(vec!["main".into(), "f".into()]);
+        let (b, new_b) = s.intern(vec!["main".into(), "g".into()]);
+        let (c, new_c) = s.intern(vec!["main".into(), "f".into()]);
+        assert_eq!((a, b, c), (0, 1, 0));
+        assert!(new_a.is_some() && new_b.is_some() && new_c.is_none());
+    }
+
+    #[test]
+    fn stack_lengths_are_clamped() {
+        let buf = [1u64, 2, 3];
+        assert_eq!(frames(&buf, 16), &[1, 2]);
+        assert_eq!(frames(&buf, -14), &[] as &[u64]);
+        assert_eq!(frames(&buf, 800), &[1, 2, 3]);
+        assert_eq!(lookup_addrs(&[10, 20]), vec![10, 19]);
+    }
+
+    #[test]
+    fn names_this_process_own_function() {
+        let mut n = Namer::default();
+        let addr = names_this_process_own_function as usize as u64 + 1;
+        let names = n.names(std::process::id(), &[addr], false);
+        assert!(names[0].contains("names_this_process_own_function"), "{names:?}");
+    }
+}

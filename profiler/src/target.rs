@@ -1,0 +1,125 @@
+//! The traced process tree: the root PIDs, every descendant process and all their threads,
+//! as found in /proc at attach time. The kernel side follows forks from then on.
+use std::collections::{BTreeMap, BTreeSet};
+
+use profiler_common::state;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeedThread {
+    pub tid: u32,
+    pub pid: u32,
+    /// The kernel-side state to start from, from /proc's state letter.
+    pub state: u32,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum TargetError {
+    #[error("no process with PID {0} (check the PID; `pgrep -f <name>` finds one by name)")]
+    NoSuchProcess(u32),
+    #[error("cannot read /proc: {0}")]
+    Proc(String),
+}
+
+/// Maps /proc's state letter to where the kernel-side accounting starts. A running or
+/// runnable task cannot be told apart from /proc; the first switch settles it.
+pub fn seed_state(letter: char) -> u32 {
+    match letter {
+        'R' => state::ON_CPU,
+        'D' => state::IO_WAIT,
+        _ => state::BLOCKED,
+    }
+}
+
+/// The roots and all their descendants, by walking every process's parent in /proc.
+pub fn process_tree(roots: &[u32]) -> Result<BTreeSet<u32>, TargetError> {
+    for &pid in roots {
+        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            return Err(TargetError::NoSuchProcess(pid));
+        }
+    }
+    let mut children: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
+    let all = procfs::process::all_processes().map_err(|e| TargetError::Proc(e.to_string()))?;
+    for p in all.flatten() {
+        if let Ok(stat) = p.stat() {
+            children.entry(stat.ppid as u32).or_default().push(p.pid as u32);
+        }
+    }
+    Ok(descendants(roots, &children))
+}
+
+/// Pure part of `process_tree`: the closure of `roots` under the parent → children map.
+pub fn descendants(roots: &[u32], children: &BTreeMap<u32, Vec<u32>>) -> BTreeSet<u32> {
+    let mut out = BTreeSet::new();
+    let mut todo: Vec<u32> = roots.to_vec();
+    while let Some(pid) = todo.pop() {
+        if out.insert(pid) {
+            todo.extend(children.get(&pid).into_iter().flatten().copied());
+        }
+    }
+    out
+}
+
+/// Every thread of `pids`. Processes that exit meanwhile are skipped.
+pub fn threads(pids: &BTreeSet<u32>) -> Vec<SeedThread> {
+    let mut out = Vec::new();
+    for &pid in pids {
+        let Ok(proc) = procfs::process::Process::new(pid as i32) else {
+            continue;
+        };
+        let Ok(tasks) = proc.tasks() else { continue };
+        for task in tasks.flatten() {
+            let letter = task.stat().map(|s| s.state).unwrap_or('S');
+            out.push(SeedThread {
+                tid: task.tid as u32,
+                pid,
+                state: seed_state(letter),
+            });
+        }
+    }
+    out
+}
+
+pub fn comm(tid: u32) -> Option<String> {
+    std::fs::read_to_string(format!("/proc/{tid}/comm"))
+        .ok()
+        .map(|s| s.trim_end().to_string())
+}
+
+pub fn cmdline(pid: u32) -> Option<String> {
+    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let parts: Vec<String> = raw
+        .split(|&b| b == 0)
+        .filter(|p| !p.is_empty())
+        .map(|p| String::from_utf8_lossy(p).into_owned())
+        .collect();
+    Some(parts.join(" "))
+}
+
+pub fn ppid(pid: u32) -> u32 {
+    procfs::process::Process::new(pid as i32)
+        .and_then(|p| p.stat())
+        .map(|s| s.ppid as u32)
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn descendants_follow_the_tree_and_ignore_others() {
+        let mut children = BTreeMap::new();
+        children.insert(1, vec![10, 20]);
+        children.insert(10, vec![11]);
+        children.insert(20, vec![21, 22]);
+        children.insert(99, vec![100]);
+        let got = descendants(&[10, 20], &children);
+        assert_eq!(got, BTreeSet::from([10, 11, 20, 21, 22]));
+    }
+
+    #[test]
+    fn missing_pid_is_a_clear_error() {
+        let err = process_tree(&[u32::MAX - 1]).unwrap_err();
+        assert!(err.to_string().contains("no process with PID"));
+    }
+}
