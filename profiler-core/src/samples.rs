@@ -34,7 +34,8 @@ fn unkey(key: u64) -> (u32, u32) {
 
 impl SampleAccumulator {
     pub fn cpu_sample(&mut self, tid: u32, stack: u32) {
-        let _ = (tid, stack);
+        let samples = self.cpu.entry(key(tid, stack)).or_default();
+        *samples = samples.saturating_add(1);
     }
 
     pub fn off_cpu_sample(&mut self, tid: u32, stack: u32, io: bool, duration_ns: u64) {
@@ -43,7 +44,8 @@ impl SampleAccumulator {
         } else {
             &mut self.off_cpu_blocked
         };
-        let _ = (map, duration_ns, tid, stack);
+        let total = map.entry(key(tid, stack)).or_default();
+        *total = total.saturating_add(duration_ns);
     }
 
     /// Sorted on-CPU counts and scaled off-CPU times. `pid_of` names each thread's process;

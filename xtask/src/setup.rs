@@ -1,0 +1,91 @@
+//! Installs what building the eBPF programs needs, idempotently: the nightly toolchain's
+//! rust-src (for `-Z build-std=core`) and bpf-linker built against the nightly toolchain's
+//! own libLLVM, since its LLVM must match rustc's.
+use std::{path::PathBuf, process::Command};
+
+use anyhow::{Context as _, bail};
+
+use crate::run;
+
+const BPF_LINKER_VERSION: &str = "0.13.0";
+const LLVM_FEATURE: &str = "llvm-22";
+
+fn home() -> PathBuf {
+    std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| "/root".into())
+}
+
+fn nightly_sysroot() -> anyhow::Result<PathBuf> {
+    let out = Command::new("rustc")
+        .args(["+nightly", "--print", "sysroot"])
+        .output()
+        .context("running rustc +nightly (is the nightly toolchain installed?)")?;
+    if !out.status.success() {
+        bail!("rustc +nightly --print sysroot failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(PathBuf::from(String::from_utf8(out.stdout)?.trim()))
+}
+
+fn ensure_rust_src(sysroot: &std::path::Path) -> anyhow::Result<()> {
+    if sysroot.join("lib/rustlib/src/rust/library/core").is_dir() {
+        return Ok(());
+    }
+    eprintln!("xtask: installing rust-src for nightly");
+    run(Command::new("rustup").args(["component", "add", "rust-src", "--toolchain", "nightly"]))
+}
+
+fn bpf_linker_ok() -> bool {
+    Command::new("bpf-linker")
+        .arg("--version")
+        .output()
+        .map(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).contains(BPF_LINKER_VERSION))
+        .unwrap_or(false)
+}
+
+/// bpf-linker's build wants an LLVM prefix; the nightly toolchain ships only libLLVM, so a
+/// prefix is made of symlinks to it (llvm-config only has to exist).
+fn llvm_prefix(sysroot: &std::path::Path) -> anyhow::Result<PathBuf> {
+    let lib = sysroot.join("lib");
+    let llvm = std::fs::read_dir(&lib)?
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("libLLVM.so.") && n.contains("-rust-"))
+        })
+        .with_context(|| format!("no libLLVM.so.*-rust-* in {}", lib.display()))?;
+    let prefix = home().join(".cache/stallscope/llvm-prefix");
+    std::fs::create_dir_all(prefix.join("bin"))?;
+    std::fs::create_dir_all(prefix.join("lib"))?;
+    let config = prefix.join("bin/llvm-config");
+    if !config.exists() {
+        std::fs::write(&config, "#!/bin/sh\nexit 1\n")?;
+    }
+    let soname = llvm.file_name().context("libLLVM path has no file name")?;
+    for link in [prefix.join("lib/libLLVM.so"), prefix.join("lib").join(soname)] {
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&llvm, &link)?;
+    }
+    Ok(prefix)
+}
+
+pub fn setup() -> anyhow::Result<()> {
+    let sysroot = nightly_sysroot()?;
+    ensure_rust_src(&sysroot)?;
+    if !bpf_linker_ok() {
+        let prefix = llvm_prefix(&sysroot)?;
+        eprintln!("xtask: building bpf-linker {BPF_LINKER_VERSION} against {}", prefix.display());
+        run(Command::new("cargo")
+            .args([
+                "install",
+                "bpf-linker",
+                "--version",
+                BPF_LINKER_VERSION,
+                "--no-default-features",
+                "--features",
+                LLVM_FEATURE,
+            ])
+            .env("LLVM_PREFIX", &prefix))?;
+    }
+    Ok(())
+}
