@@ -209,9 +209,8 @@ pub struct Offsets {
     /// Byte holding the `in_iowait` bitfield, and the bit's mask within that byte.
     pub task_in_iowait_byte: u32,
     pub task_in_iowait_mask: u32,
-    pub bio_queue_dev: u32,
-    pub bio_queue_sector: u32,
-    pub bio_queue_rwbs: u32,
+    /// `sector` in `block_io_start` (or `block_bio_queue`, whichever is attached).
+    pub submit_sector: u32,
     pub rq_issue_dev: u32,
     pub rq_issue_sector: u32,
     pub rq_complete_dev: u32,
@@ -222,7 +221,6 @@ pub struct Offsets {
     pub filemap_ino: u32,
     pub filemap_dev: u32,
     pub filemap_order: u32,
-    pub _pad: u32,
 }
 
 /// Tunables set by user space before load.

@@ -230,9 +230,7 @@ impl Analyzer {
                 e.attempted = e.attempted.saturating_add(loss.attempted);
                 e.dropped = e.dropped.saturating_add(loss.dropped);
                 e.received = e.received.saturating_add(loss.received);
-                e.lost = e
-                    .lost
-                    .saturating_add(loss.dropped.saturating_add(missing));
+                e.lost = e.lost.saturating_add(loss.dropped.saturating_add(missing));
             }
             Record::End { ts_ns, reason } => {
                 self.seen_ts(ts_ns);
@@ -252,11 +250,9 @@ impl Analyzer {
         let (cpu_samples, off_cpu) = self.samples.finish(
             |tid| threads.get(&tid).map_or(0, |t| t.pid),
             |tid| {
-                threads.get(&tid).map(|t| {
-                    t.counters
-                        .io_wait_ns
-                        .saturating_add(t.counters.blocked_ns)
-                })
+                threads
+                    .get(&tid)
+                    .map(|t| t.counters.io_wait_ns.saturating_add(t.counters.blocked_ns))
             },
         );
         let mut page_cache_files = self.page_cache_files;

@@ -91,7 +91,9 @@ impl<W: Write> RecordingWriter<W> {
             }
             _ => Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                format!("record encodes to {payload_len} bytes, over the {MAX_PAYLOAD_BYTES} byte cap"),
+                format!(
+                    "record encodes to {payload_len} bytes, over the {MAX_PAYLOAD_BYTES} byte cap"
+                ),
             )),
         };
         self.frame = frame;

@@ -14,11 +14,11 @@ pub mod record;
 pub mod report_json;
 pub mod report_text;
 pub mod samples;
-pub mod timeline;
 mod table;
+pub mod timeline;
 mod units;
 
-pub use analyze::{LoadInfo, analyze, analyze_reader, Analyzer};
+pub use analyze::{Analyzer, LoadInfo, analyze, analyze_reader};
 pub use format::{FormatError, RecordingWriter, Truncation};
 pub use model::Analysis;
 pub use reader::{RecordReader, Recording, read_recording};

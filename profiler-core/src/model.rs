@@ -201,7 +201,12 @@ impl Analysis {
             }
         }
         let mut files: Vec<FileMisses> = by_file.into_values().collect();
-        files.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.dev.cmp(&b.dev)).then(a.ino.cmp(&b.ino)));
+        files.sort_by(|a, b| {
+            b.bytes
+                .cmp(&a.bytes)
+                .then(a.dev.cmp(&b.dev))
+                .then(a.ino.cmp(&b.ino))
+        });
         files.truncate(n);
         files
     }

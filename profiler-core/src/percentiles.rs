@@ -186,7 +186,10 @@ mod tests {
             let exact = values[(rank - 1) as usize] as f64;
             let got = p.percentile(pct).unwrap() as f64;
             let err = (got - exact).abs() / exact;
-            assert!(err <= 0.004, "p{pct}: got {got}, exact {exact}, error {err}");
+            assert!(
+                err <= 0.004,
+                "p{pct}: got {got}, exact {exact}, error {err}"
+            );
         }
     }
 }

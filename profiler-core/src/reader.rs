@@ -90,6 +90,7 @@ impl<R: Read> RecordReader<R> {
 
     /// The next record, `Ok(None)` at the end of the file or at a truncation. After an error
     /// the reader is finished and returns `Ok(None)`.
+    #[inline]
     pub fn next_record(&mut self) -> Result<Option<Record>, FormatError> {
         let next = self.decode_next();
         if next.is_err() {
@@ -98,6 +99,7 @@ impl<R: Read> RecordReader<R> {
         next
     }
 
+    #[inline]
     fn decode_next(&mut self) -> Result<Option<Record>, FormatError> {
         loop {
             if self.done {
@@ -131,6 +133,7 @@ impl<R: Read> RecordReader<R> {
 
     /// Decodes the next frame in place when the read buffer holds all of it and its crc
     /// matches: most frames, with no copy. Anything else takes the careful path.
+    #[inline]
     fn buffered_frame(&mut self) -> Buffered {
         let buf = self.inner.buffer();
         let Some(header) = buf.get(..FRAME_HEADER_LEN) else {
@@ -138,7 +141,9 @@ impl<R: Read> RecordReader<R> {
         };
         let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as usize;
         let crc = u32::from_le_bytes([header[4], header[5], header[6], header[7]]);
-        let end = FRAME_HEADER_LEN + len;
+        let Some(end) = FRAME_HEADER_LEN.checked_add(len) else {
+            return Buffered::NotThere;
+        };
         let Some(payload) = buf.get(FRAME_HEADER_LEN..end) else {
             return Buffered::NotThere;
         };
@@ -175,7 +180,10 @@ impl<R: Read> RecordReader<R> {
 
         if len > MAX_PAYLOAD_BYTES {
             // Skip without storing, only to learn whether the file even has that many bytes.
-            let available = io::copy(&mut (&mut self.inner).take(declared.into()), &mut io::sink())?;
+            let available = io::copy(
+                &mut (&mut self.inner).take(declared.into()),
+                &mut io::sink(),
+            )?;
             if available < u64::from(declared) {
                 self.truncate(frame_offset);
                 return Ok(None);

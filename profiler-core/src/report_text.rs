@@ -111,8 +111,11 @@ fn write_process<W: Write>(a: &Analysis, p: &ProcessSummary, w: &mut W) -> io::R
         return writeln!(w, "  (no threads seen)");
     }
 
-    let mut threads: Vec<&ThreadSummary> =
-        p.threads.iter().filter_map(|tid| a.threads.get(tid)).collect();
+    let mut threads: Vec<&ThreadSummary> = p
+        .threads
+        .iter()
+        .filter_map(|tid| a.threads.get(tid))
+        .collect();
     threads.sort_by(|x, y| {
         y.counters
             .on_cpu_ns

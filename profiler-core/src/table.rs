@@ -29,7 +29,11 @@ impl Table {
 
     /// Writes the header and rows, each line prefixed by `indent`.
     pub fn write<W: Write>(&self, indent: &str, w: &mut W) -> io::Result<()> {
-        let mut widths: Vec<usize> = self.columns.iter().map(|(h, _)| h.chars().count()).collect();
+        let mut widths: Vec<usize> = self
+            .columns
+            .iter()
+            .map(|(h, _)| h.chars().count())
+            .collect();
         for row in &self.rows {
             for (width, cell) in widths.iter_mut().zip(row) {
                 *width = (*width).max(cell.chars().count());

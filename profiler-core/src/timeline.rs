@@ -153,7 +153,11 @@ mod tests {
         let mut tl = TimelineBuilder::new();
         tl.tick(100, 0, &[counters(1, 60, 10, 0, 30)]);
         // Thread 2 starts between the ticks: its first delta is all of its counters.
-        tl.tick(200, 0, &[counters(1, 120, 20, 10, 50), counters(2, 30, 5, 0, 5)]);
+        tl.tick(
+            200,
+            0,
+            &[counters(1, 120, 20, 10, 50), counters(2, 30, 5, 0, 5)],
+        );
         // Thread 2 exits after 250; its last stretch lands in the next slice.
         tl.exit(&counters(2, 50, 5, 20, 5));
         tl.tick(300, 0, &[counters(1, 180, 20, 10, 90)]);
@@ -168,7 +172,10 @@ mod tests {
             slices[1].threads,
             [row(1, 60, 10, 10, 20), row(2, 30, 5, 0, 5)]
         );
-        assert_eq!(slices[2].threads, [row(1, 60, 0, 0, 40), row(2, 20, 0, 20, 0)]);
+        assert_eq!(
+            slices[2].threads,
+            [row(1, 60, 0, 0, 40), row(2, 20, 0, 20, 0)]
+        );
         assert_eq!(slices[3].threads, [row(1, 10, 0, 0, 10)]);
 
         // Each thread's deltas add up to its final counters.

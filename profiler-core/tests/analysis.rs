@@ -11,7 +11,10 @@ fn threads_processes_and_end() {
     assert_eq!(a.duration_ns, 350 * MS);
     assert!(a.ended);
     assert_eq!(a.end_reason, Some(EndReason::TargetExited));
-    assert_eq!(a.threads.keys().copied().collect::<Vec<_>>(), [100, 101, 200]);
+    assert_eq!(
+        a.threads.keys().copied().collect::<Vec<_>>(),
+        [100, 101, 200]
+    );
     let loader = &a.threads[&101];
     assert!(loader.exited);
     assert_eq!(loader.counters, counters(101, 100, [25, 5, 130, 90], 400));
@@ -60,9 +63,20 @@ fn off_cpu_samples_scale_to_measured_time() {
 #[test]
 fn timeline_deltas_add_up_to_final_counters() {
     let a = analyze(fixture());
-    let spans: Vec<(u64, u64)> =
-        a.timeline.iter().map(|s| (s.start_ns - START_NS, s.end_ns - START_NS)).collect();
-    assert_eq!(spans, [(0, 100 * MS), (100 * MS, 200 * MS), (200 * MS, 300 * MS), (300 * MS, 350 * MS)]);
+    let spans: Vec<(u64, u64)> = a
+        .timeline
+        .iter()
+        .map(|s| (s.start_ns - START_NS, s.end_ns - START_NS))
+        .collect();
+    assert_eq!(
+        spans,
+        [
+            (0, 100 * MS),
+            (100 * MS, 200 * MS),
+            (200 * MS, 300 * MS),
+            (300 * MS, 350 * MS)
+        ]
+    );
     // Thread 200 appears mid-recording: absent from the first slice.
     assert!(a.timeline[0].threads.iter().all(|d| d.tid != 200));
     for t in a.threads.values() {
@@ -107,8 +121,15 @@ fn json_has_the_required_keys_and_each_thread_partitions_its_lifetime() {
     let mut keys = Vec::new();
     for t in threads {
         for key in [
-            "tid", "pid", "comm", "on_cpu_ns", "runqueue_ns", "io_wait_ns", "blocked_ns",
-            "page_cache_misses", "read_bytes",
+            "tid",
+            "pid",
+            "comm",
+            "on_cpu_ns",
+            "runqueue_ns",
+            "io_wait_ns",
+            "blocked_ns",
+            "page_cache_misses",
+            "read_bytes",
         ] {
             assert!(t.get(key).is_some(), "thread lacks {key}: {t}");
         }

@@ -35,18 +35,28 @@ fn truncated_at_every_offset_loads_a_prefix() {
     let file = encode(&records);
     let offsets = frame_offsets(&file);
     for cut in 0..file.len() {
-        let rec = read_recording(&file[..cut])
-            .unwrap_or_else(|e| panic!("cut at {cut}: {e}"));
+        let rec = read_recording(&file[..cut]).unwrap_or_else(|e| panic!("cut at {cut}: {e}"));
         let complete = offsets.iter().skip(1).filter(|&&o| o <= cut).count();
-        let complete = if cut == file.len() { records.len() } else { complete };
+        let complete = if cut == file.len() {
+            records.len()
+        } else {
+            complete
+        };
         assert_eq!(rec.records, records[..complete], "cut at {cut}");
-        let expected_offset = if cut < HEADER_LEN { 0 } else { offsets[complete] as u64 };
+        let expected_offset = if cut < HEADER_LEN {
+            0
+        } else {
+            offsets[complete] as u64
+        };
         match rec.truncated {
             // A cut exactly on a frame boundary is indistinguishable from a clean end.
             None => assert!(cut == offsets[complete], "cut at {cut} not reported"),
             Some(t) => assert_eq!(
                 t,
-                Truncation { offset: expected_offset, records_loaded: complete as u64 },
+                Truncation {
+                    offset: expected_offset,
+                    records_loaded: complete as u64
+                },
                 "cut at {cut}"
             ),
         }
@@ -64,7 +74,10 @@ fn damaged_last_frame_is_a_truncation() {
     assert_eq!(rec.records, records[..records.len() - 1]);
     assert_eq!(
         rec.truncated,
-        Some(Truncation { offset: last as u64, records_loaded: records.len() as u64 - 1 })
+        Some(Truncation {
+            offset: last as u64,
+            records_loaded: records.len() as u64 - 1
+        })
     );
 }
 
@@ -94,8 +107,14 @@ fn flipped_byte_in_the_middle_is_corrupt_with_offset() {
     };
     assert_eq!(before, offsets.len() / 2);
     assert!(matches!(err, FormatError::Corrupt { .. }));
-    assert!(reader.next_record().unwrap().is_none(), "finished after an error");
-    assert!(matches!(analyze_reader(damaged.as_slice()), Err(FormatError::Corrupt { .. })));
+    assert!(
+        reader.next_record().unwrap().is_none(),
+        "finished after an error"
+    );
+    assert!(matches!(
+        analyze_reader(damaged.as_slice()),
+        Err(FormatError::Corrupt { .. })
+    ));
 }
 
 #[test]
@@ -124,9 +143,18 @@ fn absurd_length_in_the_middle_is_corrupt() {
 
 #[test]
 fn wrong_magic() {
-    assert!(matches!(read_recording(&b"NOTSTALLxxxxxxxxxxxx"[..]), Err(FormatError::NotARecording)));
-    assert!(matches!(read_recording(&b"{\"json\": true}"[..]), Err(FormatError::NotARecording)));
-    assert!(matches!(read_recording(&b"X"[..]), Err(FormatError::NotARecording)));
+    assert!(matches!(
+        read_recording(&b"NOTSTALLxxxxxxxxxxxx"[..]),
+        Err(FormatError::NotARecording)
+    ));
+    assert!(matches!(
+        read_recording(&b"{\"json\": true}"[..]),
+        Err(FormatError::NotARecording)
+    ));
+    assert!(matches!(
+        read_recording(&b"X"[..]),
+        Err(FormatError::NotARecording)
+    ));
 }
 
 #[test]

@@ -26,8 +26,14 @@ fn json_report() {
 #[test]
 fn folded_stacks() {
     let (analysis, _) = loaded();
-    assert_golden("on_cpu.folded", &(folded::on_cpu_folded(&analysis).join("\n") + "\n"));
-    assert_golden("off_cpu.folded", &(folded::off_cpu_folded(&analysis).join("\n") + "\n"));
+    assert_golden(
+        "on_cpu.folded",
+        &(folded::on_cpu_folded(&analysis).join("\n") + "\n"),
+    );
+    assert_golden(
+        "off_cpu.folded",
+        &(folded::off_cpu_folded(&analysis).join("\n") + "\n"),
+    );
 }
 
 #[test]
@@ -35,7 +41,10 @@ fn text_report_of_a_truncated_file() {
     let file = encode(&fixture());
     let (analysis, info) = analyze_reader(&file[..file.len() * 2 / 3]).unwrap();
     assert!(info.truncated.is_some());
-    assert_golden("report_truncated.txt", &report_text::to_text(&analysis, &info));
+    assert_golden(
+        "report_truncated.txt",
+        &report_text::to_text(&analysis, &info),
+    );
 }
 
 #[test]

@@ -22,13 +22,30 @@ fn write_big(w: impl Write) -> std::io::Result<u64> {
         written += 1;
         w.write(r)
     };
-    put(&mut w, &Record::Meta(Meta { target_pids: vec![1000], tick_ns: TICK_NS, ..Meta::default() }))?;
+    put(
+        &mut w,
+        &Record::Meta(Meta {
+            target_pids: vec![1000],
+            tick_ns: TICK_NS,
+            ..Meta::default()
+        }),
+    )?;
     for tid in 0..THREADS {
         let pid = 1000 + tid / 3;
-        put(&mut w, &Record::Thread { ts_ns: 0, tid: 1000 + tid, pid, comm: format!("worker{tid}") })?;
+        put(
+            &mut w,
+            &Record::Thread {
+                ts_ns: 0,
+                tid: 1000 + tid,
+                pid,
+                comm: format!("worker{tid}"),
+            },
+        )?;
     }
     for id in 0..5_000u32 {
-        let frames = (0..12).map(|d| format!("module::function_{}_{d}", id % 97)).collect();
+        let frames = (0..12)
+            .map(|d| format!("module::function_{}_{d}", id % 97))
+            .collect();
         put(&mut w, &Record::Stack { id, frames })?;
     }
     let per_tick = (RECORDS - 5_100) / TICKS - 1;
@@ -43,21 +60,58 @@ fn write_big(w: impl Write) -> std::io::Result<u64> {
             let pid = 1000 + (tid - 1000) / 3;
             let stack = ((x >> 20) % 5_000) as u32;
             let r = match i % 16 {
-                0..=10 => Record::CpuSample { ts_ns: ts, tid, pid, stack },
-                11..=14 => Record::OffCpuSample { ts_ns: ts, tid, pid, duration_ns: (x >> 40) % 10_000_000, io: x & 1 == 0, stack },
-                _ => Record::BlockIo { ts_ns: ts, tid, pid, dev: 1, write: false, sector: x >> 8, bytes: 131_072, queue_ns: (x >> 30) % 1_000_000, service_ns: (x >> 12) % 5_000_000 },
+                0..=10 => Record::CpuSample {
+                    ts_ns: ts,
+                    tid,
+                    pid,
+                    stack,
+                },
+                11..=14 => Record::OffCpuSample {
+                    ts_ns: ts,
+                    tid,
+                    pid,
+                    duration_ns: (x >> 40) % 10_000_000,
+                    io: x & 1 == 0,
+                    stack,
+                },
+                _ => Record::BlockIo {
+                    ts_ns: ts,
+                    tid,
+                    pid,
+                    dev: 1,
+                    write: false,
+                    sector: x >> 8,
+                    bytes: 131_072,
+                    queue_ns: (x >> 30) % 1_000_000,
+                    service_ns: (x >> 12) % 5_000_000,
+                },
             };
             put(&mut w, &r)?;
         }
         let threads = (0..THREADS)
             .map(|t| {
                 let k = tick * 1_000_000;
-                ThreadCounters { tid: 1000 + t, pid: 1000 + t / 3, on_cpu_ns: 20 * k, runqueue_ns: 5 * k, io_wait_ns: 10 * k, blocked_ns: 15 * k, page_cache_misses: tick, page_cache_miss_bytes: tick * 4096 }
+                ThreadCounters {
+                    tid: 1000 + t,
+                    pid: 1000 + t / 3,
+                    on_cpu_ns: 20 * k,
+                    runqueue_ns: 5 * k,
+                    io_wait_ns: 10 * k,
+                    blocked_ns: 15 * k,
+                    page_cache_misses: tick,
+                    page_cache_miss_bytes: tick * 4096,
+                }
             })
             .collect();
         put(&mut w, &Record::Tick { ts_ns: ts, threads })?;
     }
-    put(&mut w, &Record::End { ts_ns: TICKS * TICK_NS, reason: EndReason::Duration })?;
+    put(
+        &mut w,
+        &Record::End {
+            ts_ns: TICKS * TICK_NS,
+            reason: EndReason::Duration,
+        },
+    )?;
     w.flush()?;
     Ok(written)
 }
@@ -93,23 +147,4 @@ fn ten_million_records_stream_in_bounded_time_and_memory() {
     if let Some(rss) = rss_after {
         assert!(rss < 256 * 1024, "peak RSS {rss} KiB");
     }
-}
-
-#[test]
-#[ignore = "profiling helper"]
-fn phases() {
-    let path = std::env::temp_dir().join("stallscope-phases.rec");
-    if !path.exists() {
-        write_big(BufWriter::new(File::create(&path).unwrap())).unwrap();
-    }
-    let t = Instant::now();
-    let mut r = profiler_core::RecordReader::new(File::open(&path).unwrap()).unwrap();
-    let mut n = 0;
-    while let Some(_rec) = r.next_record().unwrap() {
-        n += 1;
-    }
-    eprintln!("decode only: {n} in {:?}", t.elapsed());
-    let t = Instant::now();
-    let _ = profiler_core::analyze_reader(File::open(&path).unwrap()).unwrap();
-    eprintln!("analyze: {:?}", t.elapsed());
 }

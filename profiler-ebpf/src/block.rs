@@ -1,6 +1,8 @@
-//! Block IO of tracked threads. The bio is queued in the submitter's context, but issue and
-//! completion may run in a kworker or in IRQ context, so the submitter is remembered under
-//! the start sector and found again by it. Classic tracepoints: block IO is rare next to
+//! Block IO of tracked threads. A request is created in the submitter's context
+//! (`block_io_start`, or `block_bio_queue` before Linux 6.5), but issue and completion may run
+//! in a kworker or in IRQ context, so the submitter is remembered under the request's start
+//! sector and found again by it. Keying requests rather than bios keeps bios that were merged
+//! into a request (or split from one) from being lost. Classic tracepoints: block IO is rare next to
 //! context switches, and their record layout (read from tracefs) is all we need.
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
@@ -47,14 +49,14 @@ fn direction(rwbs: u64) -> u32 {
     2
 }
 
-#[tracepoint(category = "block", name = "block_bio_queue")]
-pub fn block_bio_queue(ctx: TracePointContext) -> u32 {
+#[tracepoint(category = "block", name = "block_io_start")]
+pub fn block_submit(ctx: TracePointContext) -> u32 {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tid = pid_tgid as u32;
     if THREADS.get_ptr(tid).is_none() {
         return 0;
     }
-    let Some(sector) = read::<u64>(&ctx, offsets().bio_queue_sector) else {
+    let Some(sector) = read::<u64>(&ctx, offsets().submit_sector) else {
         return 0;
     };
     let start = IoStart {

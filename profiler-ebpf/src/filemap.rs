@@ -2,7 +2,9 @@
 //! so `mm_filemap_add_to_page_cache` in the inserting task's context counts its misses.
 //! Aggregated in the kernel, per thread and per file, because a cold read fires this for
 //! every page.
-use aya_ebpf::{helpers::bpf_get_current_pid_tgid, macros::tracepoint, programs::TracePointContext};
+use aya_ebpf::{
+    helpers::bpf_get_current_pid_tgid, macros::tracepoint, programs::TracePointContext,
+};
 use profiler_common::{FileKey, FileMisses};
 
 use crate::maps::{PAGE_CACHE_FILES, THREADS, config, offsets};

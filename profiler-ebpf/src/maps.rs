@@ -41,9 +41,7 @@ static OFFSETS: Offsets = Offsets {
     task_tgid: 0,
     task_in_iowait_byte: 0,
     task_in_iowait_mask: 0,
-    bio_queue_dev: 0,
-    bio_queue_sector: 0,
-    bio_queue_rwbs: 0,
+    submit_sector: 0,
     rq_issue_dev: 0,
     rq_issue_sector: 0,
     rq_complete_dev: 0,
@@ -54,7 +52,6 @@ static OFFSETS: Offsets = Offsets {
     filemap_ino: 0,
     filemap_dev: 0,
     filemap_order: 0,
-    _pad: 0,
 };
 
 #[unsafe(no_mangle)]

@@ -6,7 +6,9 @@
 //! offset user space found in BTF.
 use aya_ebpf::{
     EbpfContext,
-    helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel},
+    helpers::{
+        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel,
+    },
     macros::btf_tracepoint,
     programs::BtfTracePointContext,
 };

@@ -110,7 +110,11 @@ impl<'a> Btf<'a> {
         let ty = self
             .types
             .iter()
-            .find(|t| t.kind == KIND_STRUCT && !t.members.is_empty() && self.name(t.name_off) == strukt.as_bytes())
+            .find(|t| {
+                t.kind == KIND_STRUCT
+                    && !t.members.is_empty()
+                    && self.name(t.name_off) == strukt.as_bytes()
+            })
             .ok_or_else(|| BtfError::NoStruct(strukt.to_string()))?;
         self.find_in(ty, member.as_bytes(), 0, 0)
             .ok_or_else(|| BtfError::NoMember {
@@ -119,7 +123,13 @@ impl<'a> Btf<'a> {
             })
     }
 
-    fn find_in(&self, ty: &Type, member: &[u8], base_bits: u32, depth: u32) -> Option<MemberOffset> {
+    fn find_in(
+        &self,
+        ty: &Type,
+        member: &[u8],
+        base_bits: u32,
+        depth: u32,
+    ) -> Option<MemberOffset> {
         if depth > 8 {
             return None;
         }
@@ -134,7 +144,8 @@ impl<'a> Btf<'a> {
             };
             if name_off == 0 {
                 let inner = self.resolve_aggregate(type_id)?;
-                if let Some(found) = self.find_in(inner, member, base_bits + bit_offset, depth + 1) {
+                if let Some(found) = self.find_in(inner, member, base_bits + bit_offset, depth + 1)
+                {
                     return Some(found);
                 }
             } else if self.name(name_off) == member {
@@ -163,7 +174,11 @@ mod tests {
         let strings = b"\0int\0inner\0a\0task_struct\0pid\0in_iowait\0x\0";
         let s = |name: &str| {
             let pat = format!("\0{name}\0");
-            strings.windows(pat.len()).position(|w| w == pat.as_bytes()).unwrap() as u32 + 1
+            strings
+                .windows(pat.len())
+                .position(|w| w == pat.as_bytes())
+                .unwrap() as u32
+                + 1
         };
         let mut types: Vec<u32> = vec![];
         // 1: int
@@ -177,7 +192,13 @@ mod tests {
         types.extend([s("pid"), 1, 32, 0, 3, 64, s("in_iowait"), 1, (1 << 24) | 97]);
         let type_bytes: Vec<u8> = types.iter().flat_map(|v| v.to_le_bytes()).collect();
         let mut out = vec![0x9f, 0xeb, 1, 0];
-        for v in [24u32, 0, type_bytes.len() as u32, type_bytes.len() as u32, strings.len() as u32] {
+        for v in [
+            24u32,
+            0,
+            type_bytes.len() as u32,
+            type_bytes.len() as u32,
+            strings.len() as u32,
+        ] {
             out.extend(v.to_le_bytes());
         }
         out.extend(type_bytes);
@@ -189,12 +210,26 @@ mod tests {
     fn finds_plain_nested_and_bitfield_members() {
         let data = sample();
         let btf = Btf::parse(&data).unwrap();
-        assert_eq!(btf.member_offset("task_struct", "pid").unwrap().byte_offset(), 4);
-        assert_eq!(btf.member_offset("task_struct", "a").unwrap().byte_offset(), 8);
+        assert_eq!(
+            btf.member_offset("task_struct", "pid")
+                .unwrap()
+                .byte_offset(),
+            4
+        );
+        assert_eq!(
+            btf.member_offset("task_struct", "a").unwrap().byte_offset(),
+            8
+        );
         let io = btf.member_offset("task_struct", "in_iowait").unwrap();
         assert_eq!((io.bit_offset, io.bitfield_bits), (97, Some(1)));
-        assert!(matches!(btf.member_offset("task_struct", "nope"), Err(BtfError::NoMember { .. })));
-        assert!(matches!(btf.member_offset("mm_struct", "pid"), Err(BtfError::NoStruct(_))));
+        assert!(matches!(
+            btf.member_offset("task_struct", "nope"),
+            Err(BtfError::NoMember { .. })
+        ));
+        assert!(matches!(
+            btf.member_offset("mm_struct", "pid"),
+            Err(BtfError::NoStruct(_))
+        ));
     }
 
     #[test]

@@ -4,7 +4,11 @@ use std::{path::PathBuf, time::Duration};
 use clap::{Args, Parser, Subcommand};
 
 #[derive(Debug, Parser)]
-#[command(name = "stallscope", version, about = "Explains why a GPU training job's GPU sits idle")]
+#[command(
+    name = "stallscope",
+    version,
+    about = "Explains why a GPU training job's GPU sits idle"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -31,7 +35,12 @@ pub struct OutputArgs {
 #[derive(Debug, Args)]
 pub struct RecordArgs {
     /// PID of a running process to trace, with all its threads and descendants. Repeatable.
-    #[arg(short, long = "pid", value_name = "PID", required_unless_present = "command")]
+    #[arg(
+        short,
+        long = "pid",
+        value_name = "PID",
+        required_unless_present = "command"
+    )]
     pub pids: Vec<u32>,
     /// Stop after this long (e.g. 30s, 2m, 500ms). Default: until Ctrl-C or the target exits.
     #[arg(short, long, value_parser = parse_duration)]
@@ -66,7 +75,9 @@ pub struct ReportArgs {
 /// Parses `30s`, `2m`, `500ms`, `1h` or a bare number of seconds.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
-    let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
     let value: f64 = num
         .parse()
@@ -77,7 +88,11 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         "us" => value / 1e6,
         "m" | "min" => value * 60.0,
         "h" => value * 3600.0,
-        other => return Err(format!("unknown unit `{other}` in `{s}` (use ms, s, m or h)")),
+        other => {
+            return Err(format!(
+                "unknown unit `{other}` in `{s}` (use ms, s, m or h)"
+            ));
+        }
     };
     if !secs.is_finite() || secs < 0.0 {
         return Err(format!("`{s}` is not a valid duration"));
@@ -95,8 +110,13 @@ mod tests {
 
     #[test]
     fn record_by_pid() {
-        let cli = parse(&["record", "--pid", "42", "-p", "43", "-d", "2s", "-o", "x.rec", "--json"]).unwrap();
-        let Command::Record(r) = cli.command else { panic!("not record") };
+        let cli = parse(&[
+            "record", "--pid", "42", "-p", "43", "-d", "2s", "-o", "x.rec", "--json",
+        ])
+        .unwrap();
+        let Command::Record(r) = cli.command else {
+            panic!("not record")
+        };
         assert_eq!(r.pids, [42, 43]);
         assert_eq!(r.duration, Some(Duration::from_secs(2)));
         assert_eq!(r.output.as_deref(), Some(std::path::Path::new("x.rec")));
@@ -107,7 +127,9 @@ mod tests {
     #[test]
     fn record_launch_mode() {
         let cli = parse(&["record", "--", "python", "train.py", "--epochs", "1"]).unwrap();
-        let Command::Record(r) = cli.command else { panic!("not record") };
+        let Command::Record(r) = cli.command else {
+            panic!("not record")
+        };
         assert!(r.pids.is_empty());
         assert_eq!(r.command, ["python", "train.py", "--epochs", "1"]);
     }
@@ -121,7 +143,9 @@ mod tests {
     #[test]
     fn report_takes_a_file() {
         let cli = parse(&["report", "a.rec", "--json"]).unwrap();
-        let Command::Report(r) = cli.command else { panic!("not report") };
+        let Command::Report(r) = cli.command else {
+            panic!("not report")
+        };
         assert_eq!(r.file, PathBuf::from("a.rec"));
         assert!(r.out.json);
     }

@@ -3,7 +3,9 @@
 //! of an unknown kind is counted, never trusted.
 use std::collections::HashMap;
 
-use profiler_common::{BlockIo, CpuSample, Header, OffCpuSample, ThreadExit, ThreadNew, kind, state};
+use profiler_common::{
+    BlockIo, CpuSample, Header, OffCpuSample, ThreadExit, ThreadNew, kind, state,
+};
 use profiler_core::record::{Record, ThreadCounters};
 
 use crate::{

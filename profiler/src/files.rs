@@ -24,7 +24,10 @@ impl FileNames {
     pub fn scan(&mut self, pid: u32) {
         let mut paths: Vec<PathBuf> = Vec::new();
         if let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) {
-            paths.extend(dir.flatten().filter_map(|e| std::fs::read_link(e.path()).ok()));
+            paths.extend(
+                dir.flatten()
+                    .filter_map(|e| std::fs::read_link(e.path()).ok()),
+            );
         }
         if let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) {
             paths.extend(
@@ -38,7 +41,8 @@ impl FileNames {
             if !path.is_absolute() {
                 continue;
             }
-            let in_ns = PathBuf::from(format!("/proc/{pid}/root")).join(path.strip_prefix("/").unwrap_or(&path));
+            let in_ns = PathBuf::from(format!("/proc/{pid}/root"))
+                .join(path.strip_prefix("/").unwrap_or(&path));
             if let Ok(meta) = std::fs::metadata(&in_ns) {
                 let (major, minor) = user_dev(meta.dev());
                 self.names.entry((major, minor, meta.ino())).or_insert(path);
@@ -68,7 +72,10 @@ mod tests {
         names.scan(std::process::id());
         let (major, minor) = user_dev(meta.dev());
         let kdev = (major << 20) | minor;
-        assert_eq!(names.name(kdev, meta.ino()), Some(path.display().to_string()));
+        assert_eq!(
+            names.name(kdev, meta.ino()),
+            Some(path.display().to_string())
+        );
         std::fs::remove_file(&path).unwrap();
     }
 }

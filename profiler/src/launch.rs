@@ -38,7 +38,10 @@ pub fn spawn(argv: &[String]) -> anyhow::Result<Launched> {
     let (uid, gid) = (ids("SUDO_UID"), ids("SUDO_GID"));
     let mut fds = [0; 2];
     // SAFETY: `fds` has room for the two descriptors pipe writes.
-    anyhow::ensure!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } == 0, "pipe2 failed");
+    anyhow::ensure!(
+        unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } == 0,
+        "pipe2 failed"
+    );
     // SAFETY: the child only calls async-signal-safe functions (close, read, setgid,
     // setuid, execvp, _exit) on data prepared before the fork.
     let pid = unsafe { libc::fork() };

@@ -12,7 +12,9 @@ use profiler_common::{Config, Offsets};
 
 /// A program that failed the verifier: its name and the whole verifier log.
 #[derive(Debug, thiserror::Error)]
-#[error("the kernel's verifier rejected eBPF program `{program}`: {error}\n--- verifier log ---\n{log}")]
+#[error(
+    "the kernel's verifier rejected eBPF program `{program}`: {error}\n--- verifier log ---\n{log}"
+)]
 pub struct VerifierRejection {
     pub program: String,
     pub error: String,
@@ -27,7 +29,7 @@ const SCHED: [&str; 6] = [
     "sched_process_exit",
     "sched_process_exec",
 ];
-const BLOCK: [&str; 3] = ["block_bio_queue", "block_rq_issue", "block_rq_complete"];
+const BLOCK: [&str; 3] = ["block_submit", "block_rq_issue", "block_rq_complete"];
 const FILEMAP: &str = "mm_filemap_add_to_page_cache";
 
 static BYTECODE: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/stallscope"));
@@ -90,7 +92,11 @@ where
 
 /// Attaches the loaded programs. Scheduler tracing is required; the other signals degrade
 /// to a named entry in the returned list.
-pub fn attach(ebpf: &mut Ebpf, sample_hz: u64) -> anyhow::Result<Vec<(String, String)>> {
+pub fn attach(
+    ebpf: &mut Ebpf,
+    sample_hz: u64,
+    submit_tracepoint: &str,
+) -> anyhow::Result<Vec<(String, String)>> {
     let mut unavailable = Vec::new();
     for name in SCHED {
         let prog: &mut BtfTracePoint = program(ebpf, name)?;
@@ -102,15 +108,26 @@ pub fn attach(ebpf: &mut Ebpf, sample_hz: u64) -> anyhow::Result<Vec<(String, St
             if prog.fd().is_err() {
                 continue;
             }
-            if let Err(e) = prog.attach("block", name) {
-                unavailable.push(("block_io".into(), format!("attaching block:{name}: {e}")));
+            let tracepoint = if name == "block_submit" {
+                submit_tracepoint
+            } else {
+                name
+            };
+            if let Err(e) = prog.attach("block", tracepoint) {
+                unavailable.push((
+                    "block_io".into(),
+                    format!("attaching block:{tracepoint}: {e}"),
+                ));
             }
         }
     }
     if let Ok(prog) = program::<TracePoint>(ebpf, FILEMAP) {
         if prog.fd().is_ok() {
             if let Err(e) = prog.attach("filemap", FILEMAP) {
-                unavailable.push(("page_cache".into(), format!("attaching filemap:{FILEMAP}: {e}")));
+                unavailable.push((
+                    "page_cache".into(),
+                    format!("attaching filemap:{FILEMAP}: {e}"),
+                ));
             }
         }
     }
@@ -124,7 +141,10 @@ pub fn attach(ebpf: &mut Ebpf, sample_hz: u64) -> anyhow::Result<Vec<(String, St
                 SamplePolicy::Frequency(sample_hz),
                 false,
             ) {
-                unavailable.push(("cpu_stacks".into(), format!("perf_event_open on CPU {cpu}: {e}")));
+                unavailable.push((
+                    "cpu_stacks".into(),
+                    format!("perf_event_open on CPU {cpu}: {e}"),
+                ));
                 break;
             }
         }

@@ -10,6 +10,8 @@ const NO_FIELD: u32 = u32::MAX;
 pub struct Layout {
     pub offsets: Offsets,
     pub missing: Vec<(String, String)>,
+    /// The tracepoint that marks a request's creation in its submitter's context.
+    pub submit_tracepoint: &'static str,
 }
 
 /// `task_struct` offsets are required: without them nothing can be traced.
@@ -21,6 +23,7 @@ pub fn read_layout() -> anyhow::Result<Layout> {
     let pid = btf.member_offset("task_struct", "pid")?;
     let tgid = btf.member_offset("task_struct", "tgid")?;
     let mut missing = Vec::new();
+    let mut submit_tracepoint = "block_io_start";
     let mut o = Offsets {
         task_pid: pid.byte_offset(),
         task_tgid: tgid.byte_offset(),
@@ -35,6 +38,24 @@ pub fn read_layout() -> anyhow::Result<Layout> {
         Err(e) => missing.push((
             "io_wait".to_string(),
             format!("{e}: IO waits are counted as blocked"),
+        )),
+    }
+    let submit = ["block_io_start", "block_bio_queue"]
+        .into_iter()
+        .find_map(|name| {
+            Some((
+                name,
+                tracefs::fields("block", name)?.get("sector").copied()?,
+            ))
+        });
+    match submit {
+        Some((name, sector)) => {
+            o.submit_sector = sector;
+            submit_tracepoint = name;
+        }
+        None => missing.push((
+            "block_io".to_string(),
+            "neither block:block_io_start nor block:block_bio_queue exists".to_string(),
         )),
     }
     let mut need = |cat: &str, name: &str, signal: &str, names: &[&str]| -> Option<Vec<u32>> {
@@ -52,9 +73,6 @@ pub fn read_layout() -> anyhow::Result<Layout> {
         }
         found
     };
-    if let Some(f) = need("block", "block_bio_queue", "block_io", &["dev", "sector", "rwbs"]) {
-        (o.bio_queue_dev, o.bio_queue_sector, o.bio_queue_rwbs) = (f[0], f[1], f[2]);
-    }
     if let Some(f) = need("block", "block_rq_issue", "block_io", &["dev", "sector"]) {
         (o.rq_issue_dev, o.rq_issue_sector) = (f[0], f[1]);
     }
@@ -83,5 +101,9 @@ pub fn read_layout() -> anyhow::Result<Layout> {
         )),
     }
     missing.dedup_by(|a, b| a.0 == b.0);
-    Ok(Layout { offsets: o, missing })
+    Ok(Layout {
+        offsets: o,
+        missing,
+        submit_tracepoint,
+    })
 }

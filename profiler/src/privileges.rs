@@ -41,7 +41,9 @@ pub fn check() -> anyhow::Result<()> {
     if missing.is_empty() {
         return Ok(());
     }
-    let exe = std::env::args().next().unwrap_or_else(|| "stallscope".into());
+    let exe = std::env::args()
+        .next()
+        .unwrap_or_else(|| "stallscope".into());
     anyhow::bail!(
         "insufficient privileges: missing {}.\n\
          Run it as root (`sudo {exe} record ...`), or grant the capabilities once:\n  \
@@ -58,12 +60,23 @@ mod tests {
     fn names_what_is_missing() {
         assert_eq!(
             missing(0),
-            ["CAP_BPF", "CAP_PERFMON", "CAP_SYS_PTRACE", "CAP_DAC_READ_SEARCH"]
+            [
+                "CAP_BPF",
+                "CAP_PERFMON",
+                "CAP_SYS_PTRACE",
+                "CAP_DAC_READ_SEARCH"
+            ]
         );
-        let all = (1 << CAP_BPF) | (1 << CAP_PERFMON) | (1 << CAP_SYS_PTRACE) | (1 << CAP_DAC_READ_SEARCH);
+        let all = (1 << CAP_BPF)
+            | (1 << CAP_PERFMON)
+            | (1 << CAP_SYS_PTRACE)
+            | (1 << CAP_DAC_READ_SEARCH);
         assert!(missing(all).is_empty());
         let admin = (1 << CAP_SYS_ADMIN) | (1 << CAP_SYS_PTRACE) | (1 << CAP_DAC_READ_SEARCH);
         assert!(missing(admin).is_empty());
-        assert_eq!(missing(1 << CAP_BPF), ["CAP_PERFMON", "CAP_SYS_PTRACE", "CAP_DAC_READ_SEARCH"]);
+        assert_eq!(
+            missing(1 << CAP_BPF),
+            ["CAP_PERFMON", "CAP_SYS_PTRACE", "CAP_DAC_READ_SEARCH"]
+        );
     }
 }

@@ -9,9 +9,7 @@ use profiler_core::{
     record::{EndReason, Meta, Record},
 };
 
-use crate::{
-    cli::RecordArgs, launch, loader, offsets, output, owner, privileges, session, target,
-};
+use crate::{cli::RecordArgs, launch, loader, offsets, output, owner, privileges, session, target};
 
 fn default_output(args: &RecordArgs, root: u32) -> PathBuf {
     let secs = std::time::SystemTime::now()
@@ -87,7 +85,11 @@ pub fn run(args: RecordArgs) -> anyhow::Result<i32> {
             .with_context(|| format!("seeding thread {}", s.tid))?;
     }
     let mut unavailable = layout.missing.clone();
-    unavailable.extend(loader::attach(&mut ebpf, args.rate)?);
+    unavailable.extend(loader::attach(
+        &mut ebpf,
+        args.rate,
+        layout.submit_tracepoint,
+    )?);
     for (signal, reason) in unavailable.iter().skip(layout.missing.len()) {
         eprintln!("stallscope: warning: {signal} unavailable: {reason}");
     }

@@ -129,7 +129,10 @@ impl Session {
         }
         let alive = threads.len();
         threads.sort_by_key(|c| c.tid);
-        self.writer.write(&Record::Tick { ts_ns: now, threads })?;
+        self.writer.write(&Record::Tick {
+            ts_ns: now,
+            threads,
+        })?;
         self.writer.flush()?;
         Ok(alive)
     }
@@ -160,7 +163,7 @@ impl Session {
                 }
                 _ = ticker.tick() => {
                     scans += 1;
-                    if scans % 20 == 1 {
+                    if scans % 4 == 1 {
                         let pids: Vec<u32> = self.pids.iter().copied().collect();
                         for pid in pids {
                             self.files.scan(pid);
@@ -190,7 +193,12 @@ impl Session {
             if let Some(comm) = target::comm(tid) {
                 if self.comms.get(&tid) != Some(&comm) {
                     let pid = self.last[&tid].pid;
-                    out.push(Record::Thread { ts_ns: now, tid, pid, comm });
+                    out.push(Record::Thread {
+                        ts_ns: now,
+                        tid,
+                        pid,
+                        comm,
+                    });
                 }
             }
         }

@@ -101,6 +101,16 @@ impl Namer {
         let mut out: Vec<String> = self.names(pid, user, false);
         out.reverse();
         let mut k = self.names(pid, kernel, true);
+        // The capture itself runs inside the sched_switch program: not the thread's stack.
+        let own = k
+            .iter()
+            .take_while(|f| {
+                f.starts_with("bpf_prog_")
+                    || f.starts_with("bpf_trace_run")
+                    || f.starts_with("__bpf_trace")
+            })
+            .count();
+        k.drain(..own);
         k.reverse();
         out.extend(k);
         if out.is_empty() {
@@ -143,6 +153,9 @@ mod tests {
         let mut n = Namer::default();
         let addr = names_this_process_own_function as usize as u64 + 1;
         let names = n.names(std::process::id(), &[addr], false);
-        assert!(names[0].contains("names_this_process_own_function"), "{names:?}");
+        assert!(
+            names[0].contains("names_this_process_own_function"),
+            "{names:?}"
+        );
     }
 }

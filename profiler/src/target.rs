@@ -41,7 +41,10 @@ pub fn process_tree(roots: &[u32]) -> Result<BTreeSet<u32>, TargetError> {
     let all = procfs::process::all_processes().map_err(|e| TargetError::Proc(e.to_string()))?;
     for p in all.flatten() {
         if let Ok(stat) = p.stat() {
-            children.entry(stat.ppid as u32).or_default().push(p.pid as u32);
+            children
+                .entry(stat.ppid as u32)
+                .or_default()
+                .push(p.pid as u32);
         }
     }
     Ok(descendants(roots, &children))

@@ -50,7 +50,11 @@ pub fn root() -> Option<PathBuf> {
 
 /// Reads the record layout of `category/name`; `None` when the tracepoint does not exist.
 pub fn fields(category: &str, name: &str) -> Option<Fields> {
-    let path = root()?.join("events").join(category).join(name).join("format");
+    let path = root()?
+        .join("events")
+        .join(category)
+        .join(name)
+        .join("format");
     std::fs::read_to_string(path).ok().map(|t| parse_format(&t))
 }
 

@@ -108,6 +108,20 @@ fn demo(duration: &str) -> anyhow::Result<()> {
 
 fn test(extra: &[String]) -> anyhow::Result<()> {
     build()?;
+    // bpftool is the independent oracle for "nothing left attached".
+    setup::ensure_debian(&[("bpftool", "bpftool")])?;
+    run(cargo().args(["fmt", "--all", "--", "--check"]))?;
+    run(cargo().args([
+        "clippy",
+        "--release",
+        "--workspace",
+        "--exclude",
+        "profiler-ebpf",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
     let mut cmd = cargo();
     cmd.args([
         "test",

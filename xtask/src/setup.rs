@@ -11,7 +11,9 @@ const BPF_LINKER_VERSION: &str = "0.13.0";
 const LLVM_FEATURE: &str = "llvm-22";
 
 fn home() -> PathBuf {
-    std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| "/root".into())
+    std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| "/root".into())
 }
 
 fn nightly_sysroot() -> anyhow::Result<PathBuf> {
@@ -20,7 +22,10 @@ fn nightly_sysroot() -> anyhow::Result<PathBuf> {
         .output()
         .context("running rustc +nightly (is the nightly toolchain installed?)")?;
     if !out.status.success() {
-        bail!("rustc +nightly --print sysroot failed: {}", String::from_utf8_lossy(&out.stderr));
+        bail!(
+            "rustc +nightly --print sysroot failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     Ok(PathBuf::from(String::from_utf8(out.stdout)?.trim()))
 }
@@ -37,7 +42,9 @@ fn bpf_linker_ok() -> bool {
     Command::new("bpf-linker")
         .arg("--version")
         .output()
-        .map(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).contains(BPF_LINKER_VERSION))
+        .map(|o| {
+            o.status.success() && String::from_utf8_lossy(&o.stdout).contains(BPF_LINKER_VERSION)
+        })
         .unwrap_or(false)
 }
 
@@ -62,11 +69,39 @@ fn llvm_prefix(sysroot: &std::path::Path) -> anyhow::Result<PathBuf> {
         std::fs::write(&config, "#!/bin/sh\nexit 1\n")?;
     }
     let soname = llvm.file_name().context("libLLVM path has no file name")?;
-    for link in [prefix.join("lib/libLLVM.so"), prefix.join("lib").join(soname)] {
+    for link in [
+        prefix.join("lib/libLLVM.so"),
+        prefix.join("lib").join(soname),
+    ] {
         let _ = std::fs::remove_file(&link);
         std::os::unix::fs::symlink(&llvm, &link)?;
     }
     Ok(prefix)
+}
+
+fn have(tool: &str) -> bool {
+    Command::new(tool)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// Installs Debian packages whose command is missing. Needs root, as CI and the tests have.
+pub fn ensure_debian(packages: &[(&str, &str)]) -> anyhow::Result<()> {
+    let missing: Vec<&str> = packages
+        .iter()
+        .filter(|(tool, _)| !have(tool))
+        .map(|(_, pkg)| *pkg)
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    eprintln!("xtask: installing Debian packages {missing:?}");
+    run(Command::new("apt-get").arg("update").arg("-qq"))?;
+    run(Command::new("apt-get")
+        .args(["install", "-y", "-qq", "--no-install-recommends"])
+        .args(&missing)
+        .env("DEBIAN_FRONTEND", "noninteractive"))
 }
 
 pub fn setup() -> anyhow::Result<()> {
@@ -74,7 +109,10 @@ pub fn setup() -> anyhow::Result<()> {
     ensure_rust_src(&sysroot)?;
     if !bpf_linker_ok() {
         let prefix = llvm_prefix(&sysroot)?;
-        eprintln!("xtask: building bpf-linker {BPF_LINKER_VERSION} against {}", prefix.display());
+        eprintln!(
+            "xtask: building bpf-linker {BPF_LINKER_VERSION} against {}",
+            prefix.display()
+        );
         run(Command::new("cargo")
             .args([
                 "install",

@@ -29,7 +29,15 @@ fn stack(id: u32, frames: &[&str]) -> Record {
     }
 }
 
-fn block_io(ms_after_start: u64, tid: u32, pid: u32, write: bool, bytes: u64, queue_us: u64, service_us: u64) -> Record {
+fn block_io(
+    ms_after_start: u64,
+    tid: u32,
+    pid: u32,
+    write: bool,
+    bytes: u64,
+    queue_us: u64,
+    service_us: u64,
+) -> Record {
     Record::BlockIo {
         ts_ns: START_NS + ms_after_start * MS,
         tid,
@@ -43,7 +51,14 @@ fn block_io(ms_after_start: u64, tid: u32, pid: u32, write: bool, bytes: u64, qu
     }
 }
 
-fn off_cpu(ms_after_start: u64, tid: u32, pid: u32, io: bool, stack: u32, duration_ms: u64) -> Record {
+fn off_cpu(
+    ms_after_start: u64,
+    tid: u32,
+    pid: u32,
+    io: bool,
+    stack: u32,
+    duration_ms: u64,
+) -> Record {
     Record::OffCpuSample {
         ts_ns: START_NS + ms_after_start * MS,
         tid,
@@ -70,7 +85,12 @@ pub fn fixture() -> Vec<Record> {
     let mut records = vec![
         Record::Meta(Meta {
             target_pids: vec![100],
-            command: vec!["python".into(), "train.py".into(), "--epochs".into(), "3".into()],
+            command: vec![
+                "python".into(),
+                "train.py".into(),
+                "--epochs".into(),
+                "3".into(),
+            ],
             start_ns: START_NS,
             start_unix_ns: 1_700_000_000_000_000_000,
             hostname: "gpu-host".into(),
@@ -79,10 +99,28 @@ pub fn fixture() -> Vec<Record> {
             tick_ns: 100 * MS,
             stallscope_version: "0.1.0".into(),
         }),
-        Record::Process { ts_ns: t(0), pid: 100, ppid: 1, cmdline: "python train.py --epochs 3".into() },
-        Record::Thread { ts_ns: t(0), tid: 100, pid: 100, comm: "python".into() },
-        Record::Thread { ts_ns: t(0), tid: 101, pid: 100, comm: "pt_loader".into() },
-        Record::Unavailable { signal: "gpu".into(), reason: "libnvidia-ml.so.1 not found".into() },
+        Record::Process {
+            ts_ns: t(0),
+            pid: 100,
+            ppid: 1,
+            cmdline: "python train.py --epochs 3".into(),
+        },
+        Record::Thread {
+            ts_ns: t(0),
+            tid: 100,
+            pid: 100,
+            comm: "python".into(),
+        },
+        Record::Thread {
+            ts_ns: t(0),
+            tid: 101,
+            pid: 100,
+            comm: "pt_loader".into(),
+        },
+        Record::Unavailable {
+            signal: "gpu".into(),
+            reason: "libnvidia-ml.so.1 not found".into(),
+        },
         stack(1, &["_start", "main", "train_step"]),
         stack(2, &["_start", "main", "read<[u8; 8]>"]),
         stack(3, &["clone", "worker_loop", "decode_jpeg"]),
@@ -122,18 +160,64 @@ pub fn fixture() -> Vec<Record> {
                 counters(200, 200, [50, 10, 0, 20], 0),
             ],
         },
-        Record::ThreadExit { ts_ns: t(250), counters: counters(101, 100, [25, 5, 130, 90], 400) },
+        Record::ThreadExit {
+            ts_ns: t(250),
+            counters: counters(101, 100, [25, 5, 130, 90], 400),
+        },
         Record::Tick {
             ts_ns: t(300),
-            threads: vec![counters(100, 100, [190, 15, 20, 75], 0), counters(200, 200, [120, 20, 10, 30], 8)],
+            threads: vec![
+                counters(100, 100, [190, 15, 20, 75], 0),
+                counters(200, 200, [120, 20, 10, 30], 8),
+            ],
         },
-        Record::ThreadExit { ts_ns: t(340), counters: counters(200, 200, [150, 22, 12, 36], 10) },
-        Record::PageCacheFile { tid: 101, pid: 100, dev: (259 << 20) | 1, ino: 42, path: Some("/data/train.bin".into()), pages: 400, bytes: 400 * 4096 },
-        Record::PageCacheFile { tid: 200, pid: 200, dev: (8 << 20) | 1, ino: 1234, path: None, pages: 10, bytes: 10 * 4096 },
-        Record::PageCacheFile { tid: 100, pid: 100, dev: (259 << 20) | 1, ino: 42, path: Some("/data/train.bin".into()), pages: 5, bytes: 5 * 4096 },
-        Record::Loss(EventLoss { kind: "sched".into(), attempted: 10_000, dropped: 10, received: 9_980 }),
-        Record::Loss(EventLoss { kind: "block".into(), attempted: 50, dropped: 0, received: 50 }),
-        Record::End { ts_ns: t(350), reason: EndReason::TargetExited },
+        Record::ThreadExit {
+            ts_ns: t(340),
+            counters: counters(200, 200, [150, 22, 12, 36], 10),
+        },
+        Record::PageCacheFile {
+            tid: 101,
+            pid: 100,
+            dev: (259 << 20) | 1,
+            ino: 42,
+            path: Some("/data/train.bin".into()),
+            pages: 400,
+            bytes: 400 * 4096,
+        },
+        Record::PageCacheFile {
+            tid: 200,
+            pid: 200,
+            dev: (8 << 20) | 1,
+            ino: 1234,
+            path: None,
+            pages: 10,
+            bytes: 10 * 4096,
+        },
+        Record::PageCacheFile {
+            tid: 100,
+            pid: 100,
+            dev: (259 << 20) | 1,
+            ino: 42,
+            path: Some("/data/train.bin".into()),
+            pages: 5,
+            bytes: 5 * 4096,
+        },
+        Record::Loss(EventLoss {
+            kind: "sched".into(),
+            attempted: 10_000,
+            dropped: 10,
+            received: 9_980,
+        }),
+        Record::Loss(EventLoss {
+            kind: "block".into(),
+            attempted: 50,
+            dropped: 0,
+            received: 50,
+        }),
+        Record::End {
+            ts_ns: t(350),
+            reason: EndReason::TargetExited,
+        },
     ]);
     records
 }
@@ -162,13 +246,18 @@ pub fn frame_offsets(file: &[u8]) -> Vec<usize> {
 /// Compares `actual` with `tests/golden/<name>`, or rewrites the file when
 /// `STALLSCOPE_BLESS=1`.
 pub fn assert_golden(name: &str, actual: &str) {
-    let path: PathBuf = [env!("CARGO_MANIFEST_DIR"), "tests", "golden", name].iter().collect();
+    let path: PathBuf = [env!("CARGO_MANIFEST_DIR"), "tests", "golden", name]
+        .iter()
+        .collect();
     if std::env::var_os("STALLSCOPE_BLESS").is_some_and(|v| v == "1") {
         std::fs::write(&path, actual).expect("writing golden file");
         return;
     }
     let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!("{}: {e}; run with STALLSCOPE_BLESS=1 to create it", path.display())
+        panic!(
+            "{}: {e}; run with STALLSCOPE_BLESS=1 to create it",
+            path.display()
+        )
     });
     assert!(
         expected == actual,
