@@ -4,6 +4,7 @@
 #![no_main]
 
 mod block;
+mod canary;
 mod emit;
 mod filemap;
 mod maps;

@@ -32,6 +32,9 @@ const SCHED: [&str; 6] = [
 const BLOCK: [&str; 3] = ["block_submit", "block_rq_issue", "block_rq_complete"];
 const FILEMAP: &str = "mm_filemap_add_to_page_cache";
 
+/// Tests set this to load a program the verifier rejects (see profiler-ebpf's canary.rs).
+const CANARY_ENV: &str = "STALLSCOPE_TEST_VERIFIER_CANARY";
+
 static BYTECODE: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/stallscope"));
 
 fn rejection(program: &str, e: ProgramError) -> anyhow::Error {
@@ -58,6 +61,10 @@ pub fn load(offsets: &Offsets, config: &Config, skip: &[String]) -> anyhow::Resu
         .map_err(|e| anyhow::Error::new(e).context("loading stallscope's eBPF object"))?;
     if let Err(e) = aya_log::EbpfLogger::init(&mut ebpf) {
         log::debug!("eBPF logging not active: {e}");
+    }
+    if std::env::var_os(CANARY_ENV).is_some() {
+        let prog: &mut TracePoint = program(&mut ebpf, "verifier_canary")?;
+        prog.load().map_err(|e| rejection("verifier_canary", e))?;
     }
     let btf = Btf::from_sys_fs().map_err(|e| anyhow::anyhow!("reading kernel BTF: {e}"))?;
     for name in SCHED {
