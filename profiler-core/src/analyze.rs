@@ -163,9 +163,9 @@ impl Analyzer {
                 pid,
                 stack,
             } => {
+                // The thread joins `threads` in `finish`: one map probe less per sample.
                 self.seen_ts(ts_ns);
-                self.thread(tid, pid);
-                self.samples.cpu_sample(tid, stack);
+                self.samples.cpu_sample(tid, pid, stack);
             }
             Record::OffCpuSample {
                 ts_ns,
@@ -176,8 +176,8 @@ impl Analyzer {
                 stack,
             } => {
                 self.seen_ts(ts_ns);
-                self.thread(tid, pid);
-                self.samples.off_cpu_sample(tid, stack, io, duration_ns);
+                self.samples
+                    .off_cpu_sample(tid, pid, stack, io, duration_ns);
             }
             Record::BlockIo {
                 ts_ns,
@@ -242,13 +242,19 @@ impl Analyzer {
     }
 
     /// The finished model.
-    pub fn finish(self) -> Analysis {
+    pub fn finish(mut self) -> Analysis {
+        for (tid, pid) in self.samples.sampled_threads() {
+            self.threads.entry(tid).or_insert_with(|| ThreadAcc {
+                pid,
+                ..ThreadAcc::default()
+            });
+        }
         let start_ns = self.start_ns();
         let end_ns = self.end.map_or(self.last_ts_ns, |(ts, _)| ts).max(start_ns);
         let threads = finish_threads(self.threads);
         let processes = finish_processes(self.processes, &threads);
         let (cpu_samples, off_cpu) = self.samples.finish(
-            |tid| threads.get(&tid).map_or(0, |t| t.pid),
+            |tid| threads.get(&tid).map(|t| t.pid),
             |tid| {
                 threads
                     .get(&tid)

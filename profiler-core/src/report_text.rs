@@ -60,11 +60,9 @@ fn write_header<W: Write>(a: &Analysis, load: &LoadInfo, w: &mut W) -> io::Resul
         a.lost_events,
         a.attempted_events,
     )?;
-    if let Some(meta) = &a.meta {
-        if !meta.command.is_empty() {
-            let command = units::shorten(&meta.command.join(" "), CMDLINE_CHARS);
-            writeln!(w, "command: {command}")?;
-        }
+    if let Some(meta) = a.meta.as_ref().filter(|m| !m.command.is_empty()) {
+        let command = units::shorten(&meta.command.join(" "), CMDLINE_CHARS);
+        writeln!(w, "command: {command}")?;
     }
     match a.end_reason {
         Some(EndReason::Duration) => writeln!(w, "ended: requested duration elapsed")?,

@@ -9,11 +9,14 @@ use std::collections::BTreeMap;
 use crate::fxhash::FxHashMap;
 use crate::model::{CpuStackSamples, OffCpuStackTime};
 
-/// Stack ids index dense per-thread arrays up to this many cells in all (16 MiB of totals);
+/// Stack ids index dense per-thread arrays up to this many cells in all (16 MiB of totals,
+/// at most twice that allocated);
 /// past it, totals go to hash maps. Recorders intern stacks with small sequential ids, so
 /// dense arrays are the common case: a sample is then one array increment instead of a hash
 /// probe into a table too large for cache, which was most of the analysis time.
 const DENSE_CELL_BUDGET: usize = 2 << 20;
+/// Larger ids always use the map, so one stray id cannot spend the whole budget at once.
+const DENSE_MAX_STACK: usize = 1 << 16;
 
 /// Per-stack totals of one thread and one kind of sample.
 #[derive(Debug, Default)]
@@ -27,7 +30,7 @@ impl StackTotals {
         let idx = stack as usize;
         if idx >= self.dense.len() {
             let growth = idx + 1 - self.dense.len();
-            if growth > *budget {
+            if idx >= DENSE_MAX_STACK || growth > *budget {
                 let total = self.sparse.entry(stack).or_default();
                 *total = total.saturating_add(value);
                 return;
@@ -48,6 +51,8 @@ impl StackTotals {
 
 #[derive(Debug, Default)]
 struct ThreadSamples {
+    /// From the thread's latest sample.
+    pid: u32,
     cpu: StackTotals,
     off_cpu_io: StackTotals,
     off_cpu_blocked: StackTotals,
@@ -69,6 +74,7 @@ enum Kind {
 #[derive(Clone, Copy, Debug)]
 struct Pending {
     tid: u32,
+    pid: u32,
     stack: u32,
     kind: Kind,
     value: u64,
@@ -93,22 +99,23 @@ impl Default for SampleAccumulator {
 }
 
 impl SampleAccumulator {
-    pub fn cpu_sample(&mut self, tid: u32, stack: u32) {
-        self.queue(tid, stack, Kind::Cpu, 1);
+    pub fn cpu_sample(&mut self, tid: u32, pid: u32, stack: u32) {
+        self.queue(tid, pid, stack, Kind::Cpu, 1);
     }
 
-    pub fn off_cpu_sample(&mut self, tid: u32, stack: u32, io: bool, duration_ns: u64) {
+    pub fn off_cpu_sample(&mut self, tid: u32, pid: u32, stack: u32, io: bool, duration_ns: u64) {
         let kind = if io {
             Kind::OffCpuIo
         } else {
             Kind::OffCpuBlocked
         };
-        self.queue(tid, stack, kind, duration_ns);
+        self.queue(tid, pid, stack, kind, duration_ns);
     }
 
-    fn queue(&mut self, tid: u32, stack: u32, kind: Kind, value: u64) {
+    fn queue(&mut self, tid: u32, pid: u32, stack: u32, kind: Kind, value: u64) {
         self.pending.push(Pending {
             tid,
+            pid,
             stack,
             kind,
             value,
@@ -121,6 +128,7 @@ impl SampleAccumulator {
     fn apply_pending(&mut self) {
         for p in self.pending.drain(..) {
             let t = self.threads.entry(p.tid).or_default();
+            t.pid = p.pid;
             let totals = match p.kind {
                 Kind::Cpu => &mut t.cpu,
                 Kind::OffCpuIo => &mut t.off_cpu_io,
@@ -130,18 +138,25 @@ impl SampleAccumulator {
         }
     }
 
-    /// Sorted on-CPU counts and scaled off-CPU times. `pid_of` names each thread's process;
-    /// `measured_off_cpu_ns` gives its measured off-CPU total (unknown threads stay unscaled).
+    /// Every sampled thread as (tid, pid of its latest sample), in no particular order.
+    pub fn sampled_threads(&mut self) -> Vec<(u32, u32)> {
+        self.apply_pending();
+        self.threads.iter().map(|(&tid, t)| (tid, t.pid)).collect()
+    }
+
+    /// Sorted on-CPU counts and scaled off-CPU times. `pid_of` names each thread's process
+    /// (`None`: the samples' own); `measured_off_cpu_ns` gives its measured off-CPU total
+    /// (unknown threads stay unscaled).
     pub fn finish(
         mut self,
-        pid_of: impl Fn(u32) -> u32,
+        pid_of: impl Fn(u32) -> Option<u32>,
         measured_off_cpu_ns: impl Fn(u32) -> Option<u64>,
     ) -> (Vec<CpuStackSamples>, Vec<OffCpuStackTime>) {
         self.apply_pending();
         let mut cpu = Vec::new();
         let mut off = Vec::new();
         for (tid, t) in self.threads {
-            let pid = pid_of(tid);
+            let pid = pid_of(tid).unwrap_or(t.pid);
             cpu.extend(t.cpu.into_totals().map(|(stack, samples)| CpuStackSamples {
                 tid,
                 pid,
@@ -209,18 +224,18 @@ mod tests {
     #[test]
     fn scales_up_to_measured_time_keeping_proportions() {
         let mut acc = SampleAccumulator::default();
-        acc.off_cpu_sample(7, 10, true, 1_000);
-        acc.off_cpu_sample(7, 10, true, 1_000);
-        acc.off_cpu_sample(7, 11, false, 1_000);
-        acc.off_cpu_sample(8, 10, false, 500);
-        acc.cpu_sample(7, 3);
-        acc.cpu_sample(7, 3);
+        acc.off_cpu_sample(7, 1, 10, true, 1_000);
+        acc.off_cpu_sample(7, 1, 10, true, 1_000);
+        acc.off_cpu_sample(7, 1, 11, false, 1_000);
+        acc.off_cpu_sample(8, 1, 10, false, 500);
+        acc.cpu_sample(7, 1, 3);
+        acc.cpu_sample(7, 1, 3);
         let measured = |tid| match tid {
             7 => Some(10_000),
             8 => Some(100), // fewer than captured: not scaled down
             _ => None,
         };
-        let (cpu, off) = acc.finish(|_| 1, measured);
+        let (cpu, off) = acc.finish(|_| None, measured);
         assert_eq!(
             cpu,
             [CpuStackSamples {
@@ -253,18 +268,18 @@ mod tests {
         scale_to(&mut entries, 1_000);
         assert_eq!(entries[0].scaled_ns, 0);
         let mut acc = SampleAccumulator::default();
-        acc.off_cpu_sample(9, 1, true, 42);
-        let (_, off) = acc.finish(|tid| tid, |_| None);
+        acc.off_cpu_sample(9, 9, 1, true, 42);
+        let (_, off) = acc.finish(|_| None, |_| None);
         assert_eq!(off[0].scaled_ns, 42);
     }
 
     #[test]
     fn huge_stack_ids_fall_back_to_a_map() {
         let mut acc = SampleAccumulator::default();
-        acc.cpu_sample(1, u32::MAX);
-        acc.cpu_sample(1, 5);
-        acc.cpu_sample(1, u32::MAX);
-        let (cpu, _) = acc.finish(|_| 1, |_| None);
+        acc.cpu_sample(1, 1, u32::MAX);
+        acc.cpu_sample(1, 1, 5);
+        acc.cpu_sample(1, 1, u32::MAX);
+        let (cpu, _) = acc.finish(|_| None, |_| None);
         let got: Vec<(u32, u64)> = cpu.iter().map(|s| (s.stack, s.samples)).collect();
         assert_eq!(got, [(5, 1), (u32::MAX, 2)]);
     }

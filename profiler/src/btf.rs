@@ -169,9 +169,9 @@ mod tests {
     use super::*;
 
     /// Builds BTF for: struct inner { int a; }; struct task_struct { int pid; union { struct
-    /// inner x; }; unsigned in_iowait:1 at bit 97; }.
+    /// inner; }; unsigned in_iowait:1 at bit 97; }.
     fn sample() -> Vec<u8> {
-        let strings = b"\0int\0inner\0a\0task_struct\0pid\0in_iowait\0x\0";
+        let strings = b"\0int\0inner\0a\0task_struct\0pid\0in_iowait\0";
         let s = |name: &str| {
             let pat = format!("\0{name}\0");
             strings
@@ -185,8 +185,8 @@ mod tests {
         types.extend([s("int"), 1 << 24, 4, 32]);
         // 2: struct inner { int a; }
         types.extend([s("inner"), (4 << 24) | 1, 4, s("a"), 1, 0]);
-        // 3: anonymous union { struct inner x; }
-        types.extend([0, (5 << 24) | 1, 4, s("x"), 2, 0]);
+        // 3: anonymous union { struct inner; } (an anonymous member: its fields are visible)
+        types.extend([0, (5 << 24) | 1, 4, 0, 2, 0]);
         // 4: struct task_struct, kind_flag set (bitfield member)
         types.extend([s("task_struct"), (1 << 31) | (4 << 24) | 3, 16]);
         types.extend([s("pid"), 1, 32, 0, 3, 64, s("in_iowait"), 1, (1 << 24) | 97]);

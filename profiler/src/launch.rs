@@ -38,9 +38,11 @@ pub fn spawn(argv: &[String]) -> anyhow::Result<Launched> {
     let (uid, gid) = (ids("SUDO_UID"), ids("SUDO_GID"));
     let mut fds = [0; 2];
     // SAFETY: `fds` has room for the two descriptors pipe writes.
+    let piped = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) };
     anyhow::ensure!(
-        unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } == 0,
-        "pipe2 failed"
+        piped == 0,
+        "pipe2 failed: {}",
+        std::io::Error::last_os_error()
     );
     // SAFETY: the child only calls async-signal-safe functions (close, read, setgid,
     // setuid, execvp, _exit) on data prepared before the fork.

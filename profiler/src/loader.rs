@@ -128,15 +128,14 @@ pub fn attach(
             }
         }
     }
-    if let Ok(prog) = program::<TracePoint>(ebpf, FILEMAP) {
-        if prog.fd().is_ok() {
-            if let Err(e) = prog.attach("filemap", FILEMAP) {
-                unavailable.push((
-                    "page_cache".into(),
-                    format!("attaching filemap:{FILEMAP}: {e}"),
-                ));
-            }
-        }
+    if let Ok(prog) = program::<TracePoint>(ebpf, FILEMAP)
+        && prog.fd().is_ok()
+        && let Err(e) = prog.attach("filemap", FILEMAP)
+    {
+        unavailable.push((
+            "page_cache".into(),
+            format!("attaching filemap:{FILEMAP}: {e}"),
+        ));
     }
     if sample_hz > 0 {
         let prog: &mut PerfEvent = program(ebpf, "cpu_sample")?;

@@ -190,16 +190,16 @@ impl Session {
         self.decoder.finish(now, &mut out);
         // Thread names can change (prctl, exec) without an event: take the last word.
         for tid in self.last.keys().copied().collect::<Vec<_>>() {
-            if let Some(comm) = target::comm(tid) {
-                if self.comms.get(&tid) != Some(&comm) {
-                    let pid = self.last[&tid].pid;
-                    out.push(Record::Thread {
-                        ts_ns: now,
-                        tid,
-                        pid,
-                        comm,
-                    });
-                }
+            if let Some(comm) = target::comm(tid)
+                && self.comms.get(&tid) != Some(&comm)
+            {
+                let pid = self.last[&tid].pid;
+                out.push(Record::Thread {
+                    ts_ns: now,
+                    tid,
+                    pid,
+                    comm,
+                });
             }
         }
         self.write_all(out)?;

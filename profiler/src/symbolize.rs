@@ -151,7 +151,7 @@ mod tests {
     #[test]
     fn names_this_process_own_function() {
         let mut n = Namer::default();
-        let addr = names_this_process_own_function as usize as u64 + 1;
+        let addr = names_this_process_own_function as *const () as u64 + 1;
         let names = n.names(std::process::id(), &[addr], false);
         assert!(
             names[0].contains("names_this_process_own_function"),
