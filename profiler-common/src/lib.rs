@@ -43,6 +43,19 @@ pub struct ThreadStats {
     pub _pad: u32,
 }
 
+/// What each CPU last switched to, so that a switch away from an untracked task costs no
+/// hash lookup. The value of the per-CPU `CPU_CURRENT` map.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CpuSlot {
+    /// The task switched in at `ts_ns`.
+    pub tid: u32,
+    /// Non-zero when `tid` is tracked.
+    pub tracked: u32,
+    /// The last switch seen on this CPU; 0 before the first.
+    pub ts_ns: u64,
+}
+
 /// Ring-buffer record kinds; the first `u32` of every record.
 pub mod kind {
     pub const CPU_SAMPLE: u32 = 1;

@@ -8,12 +8,13 @@ use std::io::Read;
 use crate::format::{FormatError, Truncation};
 use crate::fxhash::FxHashMap;
 use crate::model::{
-    Analysis, BlockIoSummary, EventCounts, PageCacheFileEntry, ProcessSummary, ThreadSummary,
+    Analysis, BlockIoSummary, EventCounts, GpuSample, GpuTimeline, PageCacheFileEntry,
+    ProcessSummary, ThreadSummary, TimedBlockIo, TimedCpuSample, TimedEvents, TimedOffCpu,
     UnavailableSignal,
 };
 use crate::percentiles::Percentiles;
 use crate::reader::RecordReader;
-use crate::record::{EndReason, Meta, Record, ThreadCounters};
+use crate::record::{EndReason, GpuInfo, GpuState, Meta, Record, ThreadCounters};
 use crate::samples::SampleAccumulator;
 use crate::timeline::TimelineBuilder;
 
@@ -85,6 +86,16 @@ pub struct Analyzer {
     events: BTreeMap<String, EventCounts>,
     unavailable: Vec<UnavailableSignal>,
     timeline: TimelineBuilder,
+    gpus: BTreeMap<u32, GpuAcc>,
+    timed: TimedEvents,
+}
+
+#[derive(Debug, Default)]
+struct GpuAcc {
+    info: GpuInfo,
+    samples: Vec<GpuSample>,
+    states: Vec<GpuState>,
+    process_sm: BTreeMap<u32, (u64, u64)>,
 }
 
 impl Analyzer {
@@ -166,6 +177,7 @@ impl Analyzer {
                 // The thread joins `threads` in `finish`: one map probe less per sample.
                 self.seen_ts(ts_ns);
                 self.samples.cpu_sample(tid, pid, stack);
+                self.timed.cpu.push(TimedCpuSample { ts_ns, tid, stack });
             }
             Record::OffCpuSample {
                 ts_ns,
@@ -178,6 +190,13 @@ impl Analyzer {
                 self.seen_ts(ts_ns);
                 self.samples
                     .off_cpu_sample(tid, pid, stack, io, duration_ns);
+                self.timed.off_cpu.push(TimedOffCpu {
+                    ts_ns,
+                    duration_ns,
+                    tid,
+                    stack,
+                    io,
+                });
             }
             Record::BlockIo {
                 ts_ns,
@@ -198,6 +217,13 @@ impl Analyzer {
                     t.blk_read_bytes = t.blk_read_bytes.saturating_add(bytes);
                 }
                 t.blk_latency.record(queue_ns.saturating_add(service_ns));
+                self.timed.block_io.push(TimedBlockIo {
+                    ts_ns,
+                    tid,
+                    write,
+                    bytes,
+                    latency_ns: queue_ns.saturating_add(service_ns),
+                });
             }
             Record::PageCacheFile {
                 tid,
@@ -238,6 +264,33 @@ impl Analyzer {
                     self.end = Some((ts_ns, reason));
                 }
             }
+            Record::Gpu(info) => {
+                let index = info.index;
+                self.gpus.entry(index).or_default().info = info;
+            }
+            Record::GpuUtil {
+                gpu,
+                ts_ns,
+                period_ns,
+                util_pct,
+            } => {
+                self.gpus.entry(gpu).or_default().samples.push(GpuSample {
+                    ts_ns,
+                    period_ns,
+                    util_pct,
+                });
+            }
+            Record::GpuState(state) => {
+                self.gpus.entry(state.gpu).or_default().states.push(state);
+            }
+            Record::GpuProcessUtil {
+                gpu, pid, sm_pct, ..
+            } => {
+                let acc = self.gpus.entry(gpu).or_default();
+                let e = acc.process_sm.entry(pid).or_default();
+                e.0 += u64::from(sm_pct);
+                e.1 += 1;
+            }
         }
     }
 
@@ -277,7 +330,12 @@ impl Analyzer {
             .events
             .values()
             .fold(0u64, |sum, e| sum.saturating_add(e.attempted));
-        Analysis {
+        let gpus = finish_gpus(self.gpus);
+        let mut timed = self.timed;
+        timed.cpu.sort_by_key(|s| s.ts_ns);
+        timed.off_cpu.sort_by_key(|s| s.ts_ns);
+        timed.block_io.sort_by_key(|s| s.ts_ns);
+        let mut analysis = Analysis {
             meta: self.meta,
             start_ns,
             duration_ns: end_ns - start_ns,
@@ -294,8 +352,38 @@ impl Analyzer {
             attempted_events,
             unavailable: self.unavailable,
             timeline: self.timeline.finish(start_ns, end_ns),
-        }
+            gpus,
+            timed,
+            attribution: None,
+        };
+        analysis.attribution = crate::attribution::attribute(&analysis);
+        analysis
     }
+}
+
+fn finish_gpus(gpus: BTreeMap<u32, GpuAcc>) -> BTreeMap<u32, GpuTimeline> {
+    gpus.into_iter()
+        .map(|(index, mut g)| {
+            g.samples.sort_by_key(|s| s.ts_ns);
+            g.samples.dedup_by_key(|s| s.ts_ns);
+            g.states.sort_by_key(|s| s.ts_ns);
+            let process_sm_pct = g
+                .process_sm
+                .into_iter()
+                .filter(|(_, (_, n))| *n > 0)
+                .map(|(pid, (sum, n))| (pid, sum as f64 / n as f64))
+                .collect();
+            let mut info = g.info;
+            info.index = index;
+            let timeline = GpuTimeline {
+                info,
+                samples: g.samples,
+                states: g.states,
+                process_sm_pct,
+            };
+            (index, timeline)
+        })
+        .collect()
 }
 
 fn finish_threads(threads: FxHashMap<u32, ThreadAcc>) -> BTreeMap<u32, ThreadSummary> {

@@ -8,6 +8,7 @@ use std::io::{self, Write};
 
 use inferno::flamegraph;
 
+use crate::attribution::{Cause, evidence::in_window, evidence::relevant};
 use crate::model::Analysis;
 
 /// On-CPU stacks; the count is samples. Sorted, one entry per distinct stack.
@@ -149,4 +150,45 @@ mod tests {
         assert_eq!(err.kind(), io::ErrorKind::InvalidData);
         assert!(out.is_empty());
     }
+}
+
+/// The stacks behind one cause's GPU idle time: samples of the threads that cause is about
+/// (workers for `dataloader_cpu`, the feeder for `host_compute`, every thread otherwise), taken
+/// inside the windows labelled with it. `disk` uses off-CPU IO stacks weighted in
+/// microseconds; the others on-CPU samples. The second value is the count's unit.
+pub fn cause_folded(a: &Analysis, cause: Cause) -> (Vec<String>, &'static str) {
+    let Some(attr) = &a.attribution else {
+        return (Vec::new(), "samples");
+    };
+    let mut windows: Vec<(u64, u64)> = attr
+        .gpus
+        .iter()
+        .flat_map(|g| g.windows.iter())
+        .filter(|w| w.3 == cause && w.2 > 0)
+        .map(|w| (w.0, w.1))
+        .collect();
+    windows.sort_unstable();
+    let pid_of = |tid: u32| a.threads.get(&tid).map_or(0, |t| t.pid);
+    let mut folded: BTreeMap<String, u64> = BTreeMap::new();
+    let mut seen_off_cpu = std::collections::BTreeSet::new();
+    for (start, end) in windows {
+        if cause == Cause::Disk {
+            for s in in_window(&a.timed.off_cpu, |s| s.ts_ns, start, end) {
+                // Windows of several GPUs overlap: count each sample once.
+                if s.io && seen_off_cpu.insert((s.ts_ns, s.tid)) {
+                    let stack = stack_path(a, s.tid, pid_of(s.tid), Some("[io]"), s.stack);
+                    *folded.entry(stack).or_default() += s.duration_ns.saturating_add(500) / 1000;
+                }
+            }
+        } else {
+            for s in in_window(&a.timed.cpu, |s| s.ts_ns, start, end) {
+                if relevant(&attr.roles, cause, s.tid) {
+                    let stack = stack_path(a, s.tid, pid_of(s.tid), None, s.stack);
+                    *folded.entry(stack).or_default() += 1;
+                }
+            }
+        }
+    }
+    let unit = if cause == Cause::Disk { "us" } else { "samples" };
+    (into_lines(folded), unit)
 }

@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::record::{EndReason, Meta, ThreadCounters};
+use crate::attribution::Attribution;
+use crate::record::{EndReason, GpuInfo, GpuState, Meta, ThreadCounters};
 
 /// Everything the reports need from one recording.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -42,6 +43,76 @@ pub struct Analysis {
     pub unavailable: Vec<UnavailableSignal>,
     /// Per-tick thread-state deltas, in time order.
     pub timeline: Vec<TickSlice>,
+    /// GPUs by NVML index, with their utilization samples.
+    pub gpus: BTreeMap<u32, GpuTimeline>,
+    /// Samples and IOs with their times, in time order: the evidence attribution draws on.
+    pub timed: TimedEvents,
+    /// Why each GPU idled; `None` without GPU samples.
+    pub attribution: Option<Attribution>,
+}
+
+/// One GPU over the recording.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GpuTimeline {
+    pub info: GpuInfo,
+    /// Utilization samples sorted by time, duplicates removed.
+    pub samples: Vec<GpuSample>,
+    pub states: Vec<GpuState>,
+    /// Mean SM utilization per PID, over the samples NVML gave for it.
+    pub process_sm_pct: BTreeMap<u32, f64>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GpuSample {
+    /// End of the sample period, CLOCK_MONOTONIC ns.
+    pub ts_ns: u64,
+    pub period_ns: u64,
+    pub util_pct: u32,
+}
+
+impl GpuSample {
+    pub fn start_ns(&self) -> u64 {
+        self.ts_ns.saturating_sub(self.period_ns)
+    }
+
+    /// Time in the period during which no kernel ran.
+    pub fn idle_ns(&self) -> u64 {
+        let idle_pct = 100u64.saturating_sub(u64::from(self.util_pct.min(100)));
+        self.period_ns * idle_pct / 100
+    }
+}
+
+/// Timestamped evidence, each list sorted by `ts_ns`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TimedEvents {
+    pub cpu: Vec<TimedCpuSample>,
+    pub off_cpu: Vec<TimedOffCpu>,
+    pub block_io: Vec<TimedBlockIo>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TimedCpuSample {
+    pub ts_ns: u64,
+    pub tid: u32,
+    pub stack: u32,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TimedOffCpu {
+    pub ts_ns: u64,
+    pub duration_ns: u64,
+    pub tid: u32,
+    pub stack: u32,
+    pub io: bool,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TimedBlockIo {
+    pub ts_ns: u64,
+    pub tid: u32,
+    pub write: bool,
+    pub bytes: u64,
+    pub latency_ns: u64,
 }
 
 /// One thread over the whole recording.

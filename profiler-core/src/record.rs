@@ -143,4 +143,60 @@ pub enum Record {
         ts_ns: u64,
         reason: EndReason,
     },
+    /// A GPU watched during the recording.
+    Gpu(GpuInfo),
+    /// One NVML utilization sample: the percent of `(ts_ns - period_ns, ts_ns]` during which
+    /// at least one kernel ran (a duty cycle, not SM occupancy). `ts_ns` is already rebased
+    /// from NVML's clock onto CLOCK_MONOTONIC.
+    GpuUtil {
+        gpu: u32,
+        ts_ns: u64,
+        period_ns: u64,
+        util_pct: u32,
+    },
+    /// Slower-changing device state, sampled about once per tick.
+    GpuState(GpuState),
+    /// NVML's per-process SM utilization over the period ending at `ts_ns`.
+    GpuProcessUtil {
+        gpu: u32,
+        ts_ns: u64,
+        pid: u32,
+        sm_pct: u32,
+        mem_pct: u32,
+    },
+}
+
+/// A GPU as NVML describes it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuInfo {
+    pub index: u32,
+    pub name: String,
+    pub uuid: String,
+    pub pci_bus_id: String,
+    pub driver_version: String,
+    pub pcie_max_gen: u32,
+    pub pcie_max_width: u32,
+    pub memory_total_bytes: u64,
+    /// PIDs of the traced tree that NVML lists as running on it; empty when none was seen
+    /// and the GPU is watched as a fallback.
+    pub target_pids: Vec<u32>,
+}
+
+/// Clocks, throttling, PCIe link, power and memory at `ts_ns`. Fields NVML does not
+/// support on a device are `None`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuState {
+    pub gpu: u32,
+    pub ts_ns: u64,
+    pub sm_clock_mhz: Option<u32>,
+    pub mem_clock_mhz: Option<u32>,
+    /// NVML's clocks-event (throttle) reason bits; 0x1 is GPU_IDLE.
+    pub throttle_reasons: Option<u64>,
+    pub pcie_gen: Option<u32>,
+    pub pcie_width: Option<u32>,
+    pub pcie_tx_kbps: Option<u32>,
+    pub pcie_rx_kbps: Option<u32>,
+    pub power_mw: Option<u32>,
+    pub temperature_c: Option<u32>,
+    pub memory_used_bytes: Option<u64>,
 }

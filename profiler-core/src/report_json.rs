@@ -55,6 +55,10 @@ pub struct JsonReport<'a> {
     pub truncated: Option<JsonTruncation>,
     pub unknown_records: u64,
     pub records: u64,
+    pub gpus: Vec<crate::report_gpu::JsonGpu<'a>>,
+    /// Start and end are CLOCK_MONOTONIC ns, like `start_ns`.
+    pub stalls: Vec<&'a crate::attribution::Stall>,
+    pub verdict: Option<&'a crate::attribution::Verdict>,
 }
 
 #[derive(Debug, Serialize)]
@@ -214,6 +218,9 @@ impl<'a> JsonReport<'a> {
             }),
             unknown_records: load.unknown_records,
             records: load.records,
+            gpus: crate::report_gpu::json_gpus(a),
+            stalls: crate::report_gpu::json_stalls(a),
+            verdict: crate::report_gpu::json_verdict(a),
         }
     }
 }

@@ -18,6 +18,7 @@ const TOP_FILES: usize = 5;
 /// Writes the text report.
 pub fn write_text<W: Write>(analysis: &Analysis, load: &LoadInfo, mut w: W) -> io::Result<()> {
     write_header(analysis, load, &mut w)?;
+    crate::report_gpu::write_text(analysis, &mut w)?;
     for process in analysis.processes.values() {
         writeln!(w)?;
         write_process(analysis, process, &mut w)?;

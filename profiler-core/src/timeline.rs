@@ -9,33 +9,50 @@ use crate::fxhash::FxHashMap;
 use crate::model::{ThreadDelta, TickSlice};
 use crate::record::ThreadCounters;
 
-/// `cur - prev`, or all of `cur` when there is no previous value or any counter went
-/// backwards (the TID was reused by a new thread).
+/// `cur - prev` per state. A thread's lifetime (the sum) only grows, but the recorder may move
+/// time between states after the fact (it learns of a missed context switch later): a state
+/// that went down takes its decrease out of the states that went up, largest first, so the
+/// slice still adds up to the lifetime gained. A lifetime that shrank by more than half is a
+/// reused TID: the new thread counts from zero. A smaller shrink (a torn read of a value being
+/// updated) yields an empty delta; see [`TimelineBuilder::tick`] for how it is not lost.
 pub fn counter_delta(prev: Option<&ThreadCounters>, cur: &ThreadCounters) -> ThreadDelta {
-    let fresh = ThreadDelta {
+    let fields = |c: &ThreadCounters| [c.on_cpu_ns, c.runqueue_ns, c.io_wait_ns, c.blocked_ns];
+    let now = fields(cur);
+    let delta = |d: [u64; 4]| ThreadDelta {
         tid: cur.tid,
-        on_cpu_ns: cur.on_cpu_ns,
-        runqueue_ns: cur.runqueue_ns,
-        io_wait_ns: cur.io_wait_ns,
-        blocked_ns: cur.blocked_ns,
+        on_cpu_ns: d[0],
+        runqueue_ns: d[1],
+        io_wait_ns: d[2],
+        blocked_ns: d[3],
     };
     let Some(prev) = prev else {
-        return fresh;
+        return delta(now);
     };
-    let went_back = cur.on_cpu_ns < prev.on_cpu_ns
-        || cur.runqueue_ns < prev.runqueue_ns
-        || cur.io_wait_ns < prev.io_wait_ns
-        || cur.blocked_ns < prev.blocked_ns;
-    if went_back {
-        return fresh;
+    let before = fields(prev);
+    let (sum_now, sum_before) = (cur.lifetime_ns(), prev.lifetime_ns());
+    if sum_now < sum_before / 2 {
+        return delta(now);
     }
-    ThreadDelta {
-        tid: cur.tid,
-        on_cpu_ns: cur.on_cpu_ns - prev.on_cpu_ns,
-        runqueue_ns: cur.runqueue_ns - prev.runqueue_ns,
-        io_wait_ns: cur.io_wait_ns - prev.io_wait_ns,
-        blocked_ns: cur.blocked_ns - prev.blocked_ns,
+    if sum_now <= sum_before {
+        return delta([0; 4]);
     }
+    let mut up = [0u64; 4];
+    let mut down = 0u64;
+    for i in 0..4 {
+        if now[i] >= before[i] {
+            up[i] = now[i] - before[i];
+        } else {
+            down += before[i] - now[i];
+        }
+    }
+    let mut order = [0usize, 1, 2, 3];
+    order.sort_by_key(|&i| std::cmp::Reverse(up[i]));
+    for i in order {
+        let take = up[i].min(down);
+        up[i] -= take;
+        down -= take;
+    }
+    delta(up)
 }
 
 fn is_zero(d: &ThreadDelta) -> bool {
@@ -63,8 +80,16 @@ impl TimelineBuilder {
         let mut deltas = std::mem::take(&mut self.pending_exits);
         deltas.reserve(threads.len());
         for cur in threads {
-            let delta = counter_delta(self.prev.get(&cur.tid), cur);
-            self.prev.insert(cur.tid, *cur);
+            let prev = self.prev.get(&cur.tid);
+            let delta = counter_delta(prev, cur);
+            // Keep the larger of a torn (shrunk) reading and the previous one as the base, so
+            // the next delta is neither lost nor counted twice.
+            let keep_prev = prev.is_some_and(|p| {
+                cur.lifetime_ns() <= p.lifetime_ns() && cur.lifetime_ns() >= p.lifetime_ns() / 2
+            });
+            if !keep_prev {
+                self.prev.insert(cur.tid, *cur);
+            }
             deltas.push(delta);
         }
         let start_ns = self.last_tick_ns.unwrap_or(start_ns).min(ts_ns);
@@ -198,5 +223,30 @@ mod tests {
         let slices = tl.finish(0, 20);
         assert_eq!(slices.len(), 2);
         assert!(slices[1].threads.is_empty());
+    }
+
+    #[test]
+    fn time_moved_between_states_is_spread_not_double_counted() {
+        // The recorder first saw 40 ns queued, then learned the thread had been running.
+        let prev = counters(7, 10, 40, 0, 0);
+        let cur = counters(7, 80, 0, 0, 0);
+        let d = counter_delta(Some(&prev), &cur);
+        assert_eq!((d.on_cpu_ns, d.runqueue_ns), (30, 0));
+        assert_eq!(d.on_cpu_ns + d.runqueue_ns, cur.lifetime_ns() - prev.lifetime_ns());
+    }
+
+    #[test]
+    fn a_torn_reading_is_neither_lost_nor_double_counted() {
+        let mut b = TimelineBuilder::new();
+        b.tick(100, 0, &[counters(1, 100, 0, 0, 0)]);
+        b.tick(200, 0, &[counters(1, 90, 0, 0, 0)]);
+        b.tick(300, 0, &[counters(1, 300, 0, 0, 0)]);
+        let slices = b.finish(0, 300);
+        let total: u64 = slices
+            .iter()
+            .flat_map(|s| s.threads.iter())
+            .map(|d| d.on_cpu_ns)
+            .sum();
+        assert_eq!(total, 300);
     }
 }

@@ -4,7 +4,7 @@ use aya_ebpf::{
     maps::{HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
 use profiler_common::{
-    Config, EventCounts, FileKey, FileMisses, IoKey, IoStart, Offsets, ThreadStats, kind,
+    Config, CpuSlot, EventCounts, FileKey, FileMisses, IoKey, IoStart, Offsets, ThreadStats, kind,
 };
 
 /// The tracked threads: seeded by user space, grown on fork, shrunk on exit. Being a key here
@@ -12,14 +12,11 @@ use profiler_common::{
 #[map]
 pub static THREADS: HashMap<u32, ThreadStats> = HashMap::with_max_entries(65536, 0);
 
-/// Per CPU: whether the task now on it is tracked, so that an untracked `prev` costs no hash
-/// lookup. 0 means not known yet (before the first switch seen on that CPU).
+/// Per CPU: the task last switched in and whether it is tracked. An untracked `prev` that
+/// matches it costs no hash lookup; one that does not (a switch the kernel did not report)
+/// is looked up, so a missed event cannot hide a tracked thread's switch-out.
 #[map]
-pub static CPU_CURRENT: PerCpuArray<u32> = PerCpuArray::with_max_entries(1, 0);
-#[expect(dead_code, reason = "the zero value of CPU_CURRENT, named for readers")]
-pub const CPU_UNKNOWN: u32 = 0;
-pub const CPU_TRACKED: u32 = 1;
-pub const CPU_UNTRACKED: u32 = 2;
+pub static CPU_CURRENT: PerCpuArray<CpuSlot> = PerCpuArray::with_max_entries(1, 0);
 
 #[map]
 pub static EVENTS: RingBuf = RingBuf::with_byte_size(16 * 1024 * 1024, 0);

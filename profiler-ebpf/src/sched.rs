@@ -16,7 +16,7 @@ use profiler_common::{Header, OffCpuSample, ThreadExit, ThreadNew, ThreadStats, 
 
 use crate::{
     emit::{capture_stack, header, reserve},
-    maps::{CPU_CURRENT, CPU_TRACKED, CPU_UNTRACKED, THREADS, config, offsets},
+    maps::{CPU_CURRENT, THREADS, config, offsets},
 };
 
 const TASK_RUNNING: u64 = 0;
@@ -44,52 +44,51 @@ fn credit(st: &mut ThreadStats, now: u64) {
 #[btf_tracepoint(function = "sched_switch")]
 pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
     let now = unsafe { bpf_ktime_get_ns() };
-    let Some(cpu_current) = CPU_CURRENT.get_ptr_mut(0) else {
+    let Some(slot) = CPU_CURRENT.get_ptr_mut(0) else {
         return 0;
     };
     // SAFETY: a per-CPU slot; only this CPU's switches touch it.
-    let cpu_current = unsafe { &mut *cpu_current };
-    // CPU_UNKNOWN (nothing seen yet on this CPU) falls through to the lookup.
-    if *cpu_current != CPU_UNTRACKED {
-        let prev_tid = bpf_get_current_pid_tgid() as u32;
+    let slot = unsafe { &mut *slot };
+    let prev_tid = bpf_get_current_pid_tgid() as u32;
+    if !(slot.tid == prev_tid && slot.tracked == 0 && slot.ts_ns != 0) {
         if let Some(st) = THREADS.get_ptr_mut(prev_tid) {
             // SAFETY: map values stay valid for the program's run.
-            switch_out(&ctx, unsafe { &mut *st }, prev_tid, now);
+            switch_out(&ctx, unsafe { &mut *st }, prev_tid, now, slot.ts_ns);
         }
     }
     let next: *const u8 = ctx.arg(2);
     let next_tid = task_u32(next, offsets().task_pid);
-    *cpu_current = match THREADS.get_ptr_mut(next_tid) {
+    slot.tid = next_tid;
+    slot.ts_ns = now;
+    slot.tracked = match THREADS.get_ptr_mut(next_tid) {
         Some(st) => {
             // SAFETY: as above.
             let st = unsafe { &mut *st };
-            // A switch-in without a wakeup seen: the wakeup came before we attached.
             if st.state != state::ON_CPU {
+                // A switch-in without a wakeup seen: the wakeup came before we attached.
                 end_offcpu(st, next_tid, now);
             }
-            credit_as_waiting(st, now);
+            credit(st, now);
             st.state = state::ON_CPU;
-            CPU_TRACKED
+            1
         }
-        None => CPU_UNTRACKED,
+        None => 0,
     };
     0
 }
 
-/// Closes the wait before a switch-in. A thread seeded as on-CPU that is switched in was in
-/// fact queued.
+/// Closes the interval of a thread leaving the CPU. A thread not marked on-CPU was switched
+/// in without us seeing it (before attach, or an event the kernel did not report): it has run
+/// at most since the last switch seen on this CPU, so the time before that stays in its
+/// recorded state and only the rest counts as on-CPU.
 #[inline(always)]
-fn credit_as_waiting(st: &mut ThreadStats, now: u64) {
-    if st.state == state::ON_CPU {
-        st.state = state::RUNQUEUE;
+fn switch_out(ctx: &BtfTracePointContext, st: &mut ThreadStats, tid: u32, now: u64, cpu_last_switch_ns: u64) {
+    if st.state != state::ON_CPU {
+        if cpu_last_switch_ns > st.since_ns && cpu_last_switch_ns < now {
+            credit(st, cpu_last_switch_ns);
+        }
+        st.state = state::ON_CPU;
     }
-    credit(st, now);
-}
-
-#[inline(always)]
-fn switch_out(ctx: &BtfTracePointContext, st: &mut ThreadStats, tid: u32, now: u64) {
-    // Being switched out means it ran, whatever the seed said.
-    st.state = state::ON_CPU;
     credit(st, now);
     let preempt = ctx.arg::<u64>(0) & 0xff != 0;
     let prev_state = ctx.arg::<u64>(3) & 0xffff_ffff;
@@ -207,7 +206,6 @@ pub fn sched_process_exit(ctx: BtfTracePointContext) -> i32 {
     // SAFETY: map values stay valid for the program's run.
     let st = unsafe { &mut *st };
     let now = unsafe { bpf_ktime_get_ns() };
-    st.state = state::ON_CPU;
     credit(st, now);
     if let Some(mut entry) = reserve::<ThreadExit>(kind::THREAD_EXIT) {
         entry.write(ThreadExit {

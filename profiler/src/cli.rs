@@ -54,6 +54,12 @@ pub struct RecordArgs {
     /// How often thread accounting is snapshotted into the timeline.
     #[arg(long, value_parser = parse_duration, default_value = "50ms")]
     pub tick: Duration,
+    /// NVML library to load (default: $STALLSCOPE_NVML_LIB, else libnvidia-ml.so.1).
+    #[arg(long, value_name = "PATH")]
+    pub nvml_lib: Option<PathBuf>,
+    /// Do not sample the GPUs (host-side report only).
+    #[arg(long)]
+    pub no_gpu: bool,
     /// Minimum spacing of off-CPU stack captures per thread.
     #[arg(long, value_parser = parse_duration, default_value = "5ms")]
     pub offcpu_interval: Duration,

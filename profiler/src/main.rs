@@ -3,6 +3,7 @@ mod btf;
 mod cli;
 mod events;
 mod files;
+mod gpu;
 mod launch;
 mod loader;
 mod offsets;

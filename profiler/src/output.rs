@@ -8,7 +8,7 @@ use std::{
 };
 
 use anyhow::Context as _;
-use profiler_core::{analyze_reader, folded, report_json, report_text};
+use profiler_core::{analyze_reader, attribution::Cause, folded, report_json, report_text};
 
 use crate::{cli::OutputArgs, owner};
 
@@ -59,11 +59,15 @@ fn write_flamegraphs(
 ) -> anyhow::Result<Vec<PathBuf>> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut written = Vec::new();
-    let sets = [
-        ("oncpu", folded::on_cpu_folded(analysis)),
-        ("offcpu", folded::off_cpu_folded(analysis)),
+    let mut sets = vec![
+        ("oncpu".to_string(), "On-CPU", folded::on_cpu_folded(analysis), "samples"),
+        ("offcpu".to_string(), "Off-CPU", folded::off_cpu_folded(analysis), "us"),
     ];
-    for (name, lines) in sets {
+    for cause in Cause::ALL {
+        let (lines, unit) = folded::cause_folded(analysis, cause);
+        sets.push((format!("cause-{}", cause.name()), cause.name(), lines, unit));
+    }
+    for (name, title, lines, unit) in sets {
         if lines.is_empty() {
             continue;
         }
@@ -74,11 +78,12 @@ fn write_flamegraphs(
         written.push(folded_path);
         let svg_path = dir.join(format!("{stem}.{name}.svg"));
         let mut w = BufWriter::new(owner::create_private(&svg_path)?);
-        if name == "oncpu" {
-            folded::on_cpu_svg(analysis, &mut w)?;
+        let title = if name.starts_with("cause-") {
+            format!("GPU idle time: {title}")
         } else {
-            folded::off_cpu_svg(analysis, &mut w)?;
-        }
+            title.to_string()
+        };
+        folded::flamegraph_svg(&lines, &title, unit, &mut w)?;
         w.flush()?;
         written.push(svg_path);
     }

@@ -9,7 +9,7 @@ use profiler_core::{
     record::{EndReason, Meta, Record},
 };
 
-use crate::{cli::RecordArgs, launch, loader, offsets, output, owner, privileges, session, target};
+use crate::{cli::RecordArgs, gpu, launch, loader, offsets, output, owner, privileges, session, target};
 
 fn default_output(args: &RecordArgs, root: u32) -> PathBuf {
     let secs = std::time::SystemTime::now()
@@ -139,7 +139,10 @@ pub fn run(args: RecordArgs) -> anyhow::Result<i32> {
             comm: target::comm(s.tid).unwrap_or_default(),
         })?;
     }
-    let mut session = session::Session::new(ebpf, threads, writer, tree);
+    let pids = std::sync::Arc::new(std::sync::Mutex::new(tree));
+    let gpu = (!args.no_gpu)
+        .then(|| gpu::GpuSampler::start(args.nvml_lib.clone(), pids.clone(), start_ns));
+    let mut session = session::Session::new(ebpf, threads, writer, pids, gpu);
     eprintln!(
         "stallscope: tracing {} thread(s) of PID {}{}; writing {}",
         seeds.len(),

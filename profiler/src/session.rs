@@ -5,6 +5,7 @@ use std::{
     collections::{BTreeSet, HashMap},
     fs::File,
     io::BufWriter,
+    sync::{Arc, Mutex},
     time::Duration,
 };
 
@@ -19,7 +20,7 @@ use tokio::{
     signal::unix::{SignalKind, signal},
 };
 
-use crate::{events::Decoder, files::FileNames, target};
+use crate::{events::Decoder, files::FileNames, gpu::GpuSampler, target};
 
 pub fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
@@ -36,10 +37,12 @@ pub struct Session {
     pub threads: BpfHashMap<MapData, u32, ThreadStats>,
     pub writer: RecordingWriter<BufWriter<File>>,
     pub decoder: Decoder,
-    /// Last counters written per live thread; snapshots never go backwards.
+    /// Last counters written per live thread.
     last: HashMap<u32, ThreadCounters>,
-    pids: BTreeSet<u32>,
+    /// The traced processes, shared with the GPU sampler.
+    pids: Arc<Mutex<BTreeSet<u32>>>,
     files: FileNames,
+    gpu: Option<GpuSampler>,
     comms: HashMap<u32, String>,
 }
 
@@ -56,26 +59,13 @@ fn snapshot(tid: u32, st: &ThreadStats, now: u64) -> ThreadCounters {
     c
 }
 
-/// Field-wise maximum: a torn read of a map value being updated must not make time run
-/// backwards in the recording.
-fn monotonic(prev: Option<&ThreadCounters>, mut c: ThreadCounters) -> ThreadCounters {
-    if let Some(p) = prev {
-        c.on_cpu_ns = c.on_cpu_ns.max(p.on_cpu_ns);
-        c.runqueue_ns = c.runqueue_ns.max(p.runqueue_ns);
-        c.io_wait_ns = c.io_wait_ns.max(p.io_wait_ns);
-        c.blocked_ns = c.blocked_ns.max(p.blocked_ns);
-        c.page_cache_misses = c.page_cache_misses.max(p.page_cache_misses);
-        c.page_cache_miss_bytes = c.page_cache_miss_bytes.max(p.page_cache_miss_bytes);
-    }
-    c
-}
-
 impl Session {
     pub fn new(
         ebpf: aya::Ebpf,
         threads: BpfHashMap<MapData, u32, ThreadStats>,
         writer: RecordingWriter<BufWriter<File>>,
-        pids: BTreeSet<u32>,
+        pids: Arc<Mutex<BTreeSet<u32>>>,
+        gpu: Option<GpuSampler>,
     ) -> Self {
         Self {
             ebpf,
@@ -85,6 +75,7 @@ impl Session {
             last: HashMap::new(),
             pids,
             files: FileNames::default(),
+            gpu,
             comms: HashMap::new(),
         }
     }
@@ -93,13 +84,15 @@ impl Session {
         for mut r in records {
             match &mut r {
                 Record::ThreadExit { counters, .. } => {
-                    *counters = monotonic(self.last.remove(&counters.tid).as_ref(), *counters);
+                    self.last.remove(&counters.tid);
                 }
                 Record::Thread { tid, comm, .. } => {
                     self.comms.insert(*tid, comm.clone());
                 }
                 Record::Process { pid, .. } => {
-                    self.pids.insert(*pid);
+                    if let Ok(mut pids) = self.pids.lock() {
+                        pids.insert(*pid);
+                    }
                     self.files.scan(*pid);
                 }
                 _ => {}
@@ -123,7 +116,10 @@ impl Session {
         let mut threads = Vec::new();
         for entry in self.threads.iter() {
             let Ok((tid, st)) = entry else { continue };
-            let c = monotonic(self.last.get(&tid), snapshot(tid, &st, now));
+            // Raw values: when the kernel moves time between states after the fact (a switch
+            // it did not report), the timeline spreads the correction; a field-wise maximum
+            // here would count that time twice.
+            let c = snapshot(tid, &st, now);
             self.last.insert(tid, c);
             threads.push(c);
         }
@@ -133,6 +129,11 @@ impl Session {
             ts_ns: now,
             threads,
         })?;
+        if let Some(gpu) = &self.gpu {
+            for r in gpu.drain() {
+                self.writer.write(&r)?;
+            }
+        }
         self.writer.flush()?;
         Ok(alive)
     }
@@ -164,7 +165,11 @@ impl Session {
                 _ = ticker.tick() => {
                     scans += 1;
                     if scans % 4 == 1 {
-                        let pids: Vec<u32> = self.pids.iter().copied().collect();
+                        let pids: Vec<u32> = self
+                            .pids
+                            .lock()
+                            .map(|p| p.iter().copied().collect())
+                            .unwrap_or_default();
                         for pid in pids {
                             self.files.scan(pid);
                         }
@@ -201,6 +206,9 @@ impl Session {
                     comm,
                 });
             }
+        }
+        if let Some(gpu) = self.gpu.take() {
+            out.extend(gpu.stop());
         }
         self.write_all(out)?;
         self.page_cache_files()?;

@@ -20,11 +20,13 @@ pub enum TargetError {
     Proc(String),
 }
 
-/// Maps /proc's state letter to where the kernel-side accounting starts. A running or
-/// runnable task cannot be told apart from /proc; the first switch settles it.
+/// Maps /proc's state letter to where the kernel-side accounting starts. A running and a
+/// runnable task look the same in /proc, so 'R' starts as queued: if the task was in fact
+/// running, its switch-out finds it was never seen switching in and counts it on-CPU since
+/// the last switch seen on that CPU (none yet: since attach).
 pub fn seed_state(letter: char) -> u32 {
     match letter {
-        'R' => state::ON_CPU,
+        'R' => state::RUNQUEUE,
         'D' => state::IO_WAIT,
         _ => state::BLOCKED,
     }

@@ -1,1 +1,36 @@
+//! Workload fixtures for stallscope's root-only end-to-end tests: the `stallwork` binary's
+//! subcommands, each a process tree whose time split is known in advance.
+pub mod args;
+pub mod bench;
+pub mod cpu;
+pub mod demo;
+pub mod io;
+pub mod sys;
 
+use std::io::Write as _;
+
+use args::Command;
+
+/// Runs one parsed subcommand to completion.
+pub fn run(command: Command) -> std::io::Result<()> {
+    match command {
+        Command::Spin { secs } => cpu::spin(secs),
+        Command::Pinned { cpu, secs } => cpu::pinned(cpu, secs),
+        Command::ColdRead { file, mb, secs } => io::cold_read(&file, mb, secs),
+        Command::Sleep { secs } => cpu::sleep(secs),
+        Command::ForkTree { delay, secs } => cpu::fork_tree(delay, secs),
+        Command::Demo { cpu, secs } => demo::demo(cpu, secs),
+        Command::PingPong { cpu, secs } => bench::pingpong(cpu, secs),
+        Command::Mix { threads, secs } => bench::mix(threads, secs),
+    }
+}
+
+/// Tells the test harness that every thread and process of the workload exists, so that an
+/// attach from now on sees the whole tree.
+pub fn announce_ready() -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "ready pid={}", std::process::id())?;
+    // Flushed at once: the harness blocks on this line, and a forked child must not inherit
+    // it unflushed and print it twice.
+    out.flush()
+}

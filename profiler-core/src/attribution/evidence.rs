@@ -1,0 +1,162 @@
+//! The evidence behind a label: which threads did what during the stall, the stacks sampled
+//! there, and the block IO it saw.
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::{Cause, roles::Role, roles::Roles};
+use crate::model::Analysis;
+use crate::percentiles::Percentiles;
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Evidence {
+    /// The threads that spent the most time in the state the cause is about.
+    pub threads: Vec<ThreadEvidence>,
+    /// The most frequent stacks of those threads in the stall, root first.
+    pub stacks: Vec<StackEvidence>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub block_io: Option<IoEvidence>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ThreadEvidence {
+    pub tid: u32,
+    pub pid: u32,
+    pub comm: String,
+    pub role: &'static str,
+    pub on_cpu_ns: u64,
+    pub runqueue_ns: u64,
+    pub io_wait_ns: u64,
+    pub blocked_ns: u64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct StackEvidence {
+    /// On-CPU samples, or off-CPU nanoseconds for `disk`.
+    pub weight: u64,
+    pub unit: &'static str,
+    pub frames: Vec<String>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct IoEvidence {
+    pub requests: u64,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    pub p50_ns: Option<u64>,
+    pub p99_ns: Option<u64>,
+}
+
+const TOP_THREADS: usize = 5;
+const TOP_STACKS: usize = 3;
+
+fn role_name(r: Role) -> &'static str {
+    match r {
+        Role::Feeder => "feeder",
+        Role::Worker => "worker",
+        Role::Other => "other",
+    }
+}
+
+/// Whether a thread's samples speak for `cause`.
+pub fn relevant(roles: &Roles, cause: Cause, tid: u32) -> bool {
+    match (cause, roles.role(tid)) {
+        (Cause::DataloaderCpu, Role::Worker) => true,
+        (Cause::HostCompute, Role::Feeder) => true,
+        (Cause::Disk | Cause::CpuContention | Cause::Unknown, _) => true,
+        _ => false,
+    }
+}
+
+fn metric(cause: Cause, t: &ThreadEvidence) -> u64 {
+    match cause {
+        Cause::DataloaderCpu | Cause::HostCompute => t.on_cpu_ns,
+        Cause::Disk => t.io_wait_ns,
+        Cause::CpuContention => t.runqueue_ns,
+        Cause::Unknown => t.blocked_ns,
+    }
+}
+
+pub fn gather(a: &Analysis, roles: &Roles, cause: Cause, start: u64, end: u64) -> Evidence {
+    let mut per_thread: BTreeMap<u32, ThreadEvidence> = BTreeMap::new();
+    for slice in a.timeline.iter().filter(|s| s.end_ns > start && s.start_ns < end) {
+        let len = slice.end_ns.saturating_sub(slice.start_ns).max(1);
+        let overlap = end.min(slice.end_ns).saturating_sub(start.max(slice.start_ns));
+        let part = |ns: u64| (ns as u128 * overlap as u128 / len as u128) as u64;
+        for d in &slice.threads {
+            let t = per_thread.entry(d.tid).or_insert_with(|| {
+                let info = a.threads.get(&d.tid);
+                ThreadEvidence {
+                    tid: d.tid,
+                    pid: info.map_or(0, |t| t.pid),
+                    comm: info.map_or_else(String::new, |t| t.comm.clone()),
+                    role: role_name(roles.role(d.tid)),
+                    ..ThreadEvidence::default()
+                }
+            });
+            t.on_cpu_ns += part(d.on_cpu_ns);
+            t.runqueue_ns += part(d.runqueue_ns);
+            t.io_wait_ns += part(d.io_wait_ns);
+            t.blocked_ns += part(d.blocked_ns);
+        }
+    }
+    let mut threads: Vec<ThreadEvidence> = per_thread
+        .into_values()
+        .filter(|t| relevant(roles, cause, t.tid) && metric(cause, t) > 0)
+        .collect();
+    threads.sort_by(|x, y| metric(cause, y).cmp(&metric(cause, x)).then(x.tid.cmp(&y.tid)));
+    threads.truncate(TOP_THREADS);
+
+    let mut weights: BTreeMap<u32, u64> = BTreeMap::new();
+    let unit = if cause == Cause::Disk {
+        for s in in_window(&a.timed.off_cpu, |s| s.ts_ns, start, end) {
+            if s.io {
+                *weights.entry(s.stack).or_default() += s.duration_ns;
+            }
+        }
+        "ns"
+    } else {
+        for s in in_window(&a.timed.cpu, |s| s.ts_ns, start, end) {
+            if relevant(roles, cause, s.tid) {
+                *weights.entry(s.stack).or_default() += 1;
+            }
+        }
+        "samples"
+    };
+    let mut stacks: Vec<StackEvidence> = weights
+        .into_iter()
+        .map(|(id, weight)| StackEvidence {
+            weight,
+            unit,
+            frames: a.stacks.get(&id).cloned().unwrap_or_default(),
+        })
+        .collect();
+    stacks.sort_by(|x, y| y.weight.cmp(&x.weight).then(x.frames.cmp(&y.frames)));
+    stacks.truncate(TOP_STACKS);
+
+    let mut io = IoEvidence::default();
+    let mut lat = Percentiles::new();
+    for b in in_window(&a.timed.block_io, |b| b.ts_ns, start, end) {
+        io.requests += 1;
+        if b.write {
+            io.write_bytes += b.bytes;
+        } else {
+            io.read_bytes += b.bytes;
+        }
+        lat.record(b.latency_ns);
+    }
+    io.p50_ns = lat.percentile(50);
+    io.p99_ns = lat.percentile(99);
+    Evidence {
+        threads,
+        stacks,
+        block_io: (io.requests > 0).then_some(io),
+    }
+}
+
+/// The items of a time-sorted list inside `[start, end)`.
+pub fn in_window<T>(items: &[T], ts: impl Fn(&T) -> u64, start: u64, end: u64) -> &[T] {
+    let lo = items.partition_point(|i| ts(i) < start);
+    let hi = items.partition_point(|i| ts(i) < end);
+    &items[lo..hi.max(lo)]
+}

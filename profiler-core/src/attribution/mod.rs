@@ -1,0 +1,298 @@
+//! Why the GPU idled: every stretch of GPU idle time, labelled with the host-side cause that
+//! explains it, with the evidence.
+//!
+//! GPU idle time comes from NVML's utilization samples, time-weighted (a 40% sample
+//! contributes 60% of its period as idle). Each sample period is a window; what the threads
+//! that feed the GPU, and the rest of the traced tree, did during that window (from the
+//! per-tick accounting) selects one cause for it. See README "Causes" for the rules.
+pub mod evidence;
+mod roles;
+mod rules;
+mod window;
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::model::Analysis;
+pub use evidence::{Evidence, StackEvidence, ThreadEvidence};
+pub use roles::Roles;
+pub use rules::{Label, label_window};
+pub use window::HostWindow;
+
+/// The causes stallscope names. The names are the strings of the JSON report.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Cause {
+    /// The feeder waits for batches while DataLoader workers are on-CPU.
+    DataloaderCpu,
+    /// The feeder or the workers wait on block IO (page-cache misses).
+    Disk,
+    /// The feeder or the workers are runnable but not running.
+    CpuContention,
+    /// The feeder is on-CPU doing its own work while the GPU idles.
+    HostCompute,
+    /// Nothing traced explains the idle time; see the stall's `reason`.
+    Unknown,
+}
+
+impl Cause {
+    pub const ALL: [Cause; 5] = [
+        Cause::DataloaderCpu,
+        Cause::Disk,
+        Cause::CpuContention,
+        Cause::HostCompute,
+        Cause::Unknown,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Cause::DataloaderCpu => "dataloader_cpu",
+            Cause::Disk => "disk",
+            Cause::CpuContention => "cpu_contention",
+            Cause::HostCompute => "host_compute",
+            Cause::Unknown => "unknown",
+        }
+    }
+
+    /// What a user usually does about it, in the field guides' words.
+    pub fn fix(self) -> &'static str {
+        match self {
+            Cause::DataloaderCpu => {
+                "more DataLoader workers (num_workers), cheaper transforms, or move decoding to the GPU"
+            }
+            Cause::Disk => {
+                "faster storage or a local cache, larger files (shards) instead of many small ones, more prefetch"
+            }
+            Cause::CpuContention => {
+                "find what else runs on these CPUs (other jobs, too many workers); pin or reduce threads"
+            }
+            Cause::HostCompute => {
+                "move per-step host work (logging, metrics, .item() calls) off the training loop"
+            }
+            Cause::Unknown => "the feeder waited on something stallscope does not trace",
+        }
+    }
+}
+
+/// One stretch of mostly-idle GPU time with a single cause.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Stall {
+    pub gpu: u32,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    /// Idle time inside the stall (sample-weighted), ns.
+    pub idle_ns: u64,
+    pub cause: Cause,
+    /// For `unknown`: why no cause was chosen.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    pub evidence: Evidence,
+}
+
+/// The dominant cause of one second of the recording.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct SecondLabel {
+    pub start_ns: u64,
+    pub idle_ns: u64,
+    /// `None` when the GPU idled less than a tenth of that second.
+    pub cause: Option<Cause>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct GpuAttribution {
+    pub gpu: u32,
+    /// Time covered by utilization samples.
+    pub observed_ns: u64,
+    pub busy_ns: u64,
+    pub idle_ns: u64,
+    pub idle_by_cause: BTreeMap<Cause, u64>,
+    /// The longest stalls first.
+    pub stalls: Vec<Stall>,
+    pub seconds: Vec<SecondLabel>,
+    /// Window-level labels, in time order: (start, end, idle, cause); for flamegraphs per cause.
+    #[serde(skip)]
+    pub windows: Vec<(u64, u64, u64, Cause)>,
+}
+
+/// The answer in plain words, with TensorFlow's input-pipeline bands: a cause taking ≥ 20% of
+/// GPU time is high, ≥ 5% moderate.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Verdict {
+    /// `None` when no cause reaches the moderate band.
+    pub cause: Option<Cause>,
+    /// The cause's idle time over all observed GPU time.
+    pub share: f64,
+    pub severity: &'static str,
+    pub text: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Attribution {
+    pub roles: Roles,
+    pub gpus: Vec<GpuAttribution>,
+    pub verdict: Verdict,
+}
+
+pub const MODERATE_SHARE: f64 = 0.05;
+pub const HIGH_SHARE: f64 = 0.20;
+/// A window counts toward a stall when at least this much of it was idle.
+const STALL_IDLE_FRACTION: f64 = 0.5;
+/// At most this many stalls per GPU are kept, the longest.
+const MAX_STALLS: usize = 20;
+
+/// Labels every GPU's idle time; `None` when the recording has no GPU samples.
+pub fn attribute(a: &Analysis) -> Option<Attribution> {
+    if a.gpus.values().all(|g| g.samples.is_empty()) {
+        return None;
+    }
+    let roles = Roles::from_analysis(a);
+    let index = window::TimelineIndex::new(&a.timeline);
+    let gpus: Vec<GpuAttribution> = a
+        .gpus
+        .values()
+        .filter(|g| !g.samples.is_empty())
+        .map(|g| attribute_gpu(a, &roles, &index, g))
+        .collect();
+    let verdict = verdict(&gpus);
+    Some(Attribution {
+        roles,
+        gpus,
+        verdict,
+    })
+}
+
+fn attribute_gpu(
+    a: &Analysis,
+    roles: &Roles,
+    index: &window::TimelineIndex,
+    g: &crate::model::GpuTimeline,
+) -> GpuAttribution {
+    let mut out = GpuAttribution {
+        gpu: g.info.index,
+        ..GpuAttribution::default()
+    };
+    let mut open: Option<Stall> = None;
+    let mut stalls = Vec::new();
+    for s in &g.samples {
+        let (start, end) = (s.start_ns(), s.ts_ns);
+        let idle = s.idle_ns();
+        out.observed_ns += s.period_ns;
+        out.idle_ns += idle;
+        let host = index.window(&a.timeline, roles, start, end);
+        let label = label_window(&host, f64::from(s.util_pct.min(100)) / 100.0);
+        *out.idle_by_cause.entry(label.cause).or_default() += idle;
+        out.windows.push((start, end, idle, label.cause));
+        let stalled = s.period_ns > 0 && idle as f64 >= STALL_IDLE_FRACTION * s.period_ns as f64;
+        match (&mut open, stalled) {
+            (Some(stall), true) if stall.cause == label.cause && stall.end_ns + s.period_ns / 2 >= start => {
+                stall.end_ns = end;
+                stall.idle_ns += idle;
+            }
+            (_, true) => {
+                if let Some(stall) = open.take() {
+                    stalls.push(stall);
+                }
+                open = Some(Stall {
+                    gpu: g.info.index,
+                    start_ns: start,
+                    end_ns: end,
+                    idle_ns: idle,
+                    cause: label.cause,
+                    reason: label.reason,
+                    evidence: Evidence::default(),
+                });
+            }
+            (_, false) => {
+                if let Some(stall) = open.take() {
+                    stalls.push(stall);
+                }
+            }
+        }
+    }
+    if let Some(stall) = open.take() {
+        stalls.push(stall);
+    }
+    out.busy_ns = out.observed_ns - out.idle_ns;
+    stalls.sort_by(|x, y| y.idle_ns.cmp(&x.idle_ns).then(x.start_ns.cmp(&y.start_ns)));
+    stalls.truncate(MAX_STALLS);
+    for stall in &mut stalls {
+        stall.evidence = evidence::gather(a, roles, stall.cause, stall.start_ns, stall.end_ns);
+    }
+    out.stalls = stalls;
+    out.seconds = seconds(a.start_ns, &out.windows);
+    out
+}
+
+fn seconds(start_ns: u64, windows: &[(u64, u64, u64, Cause)]) -> Vec<SecondLabel> {
+    const SEC: u64 = 1_000_000_000;
+    let mut by_sec: BTreeMap<u64, BTreeMap<Cause, u64>> = BTreeMap::new();
+    for &(ws, we, idle, cause) in windows {
+        if we <= ws {
+            continue;
+        }
+        // Spread the window's idle time over the seconds it spans, by overlap.
+        let mut t = ws;
+        while t < we {
+            let sec = t.saturating_sub(start_ns) / SEC;
+            let sec_end = start_ns + (sec + 1) * SEC;
+            let part_end = we.min(sec_end);
+            let part = idle as u128 * (part_end - t) as u128 / (we - ws) as u128;
+            *by_sec.entry(sec).or_default().entry(cause).or_default() += part as u64;
+            t = part_end;
+        }
+    }
+    by_sec
+        .into_iter()
+        .map(|(sec, causes)| {
+            let idle_ns: u64 = causes.values().sum();
+            let top = causes.iter().max_by_key(|(c, ns)| (**ns, std::cmp::Reverse(**c)));
+            SecondLabel {
+                start_ns: start_ns + sec * SEC,
+                idle_ns,
+                cause: top.filter(|_| idle_ns >= SEC / 10).map(|(c, _)| *c),
+            }
+        })
+        .collect()
+}
+
+fn verdict(gpus: &[GpuAttribution]) -> Verdict {
+    let observed: u64 = gpus.iter().map(|g| g.observed_ns).sum();
+    let mut by_cause: BTreeMap<Cause, u64> = BTreeMap::new();
+    for g in gpus {
+        for (c, ns) in &g.idle_by_cause {
+            *by_cause.entry(*c).or_default() += ns;
+        }
+    }
+    let idle: u64 = by_cause.values().sum();
+    let top = by_cause.iter().max_by_key(|(c, ns)| (**ns, std::cmp::Reverse(**c)));
+    let share = |ns: u64| if observed == 0 { 0.0 } else { ns as f64 / observed as f64 };
+    match top {
+        Some((&cause, &ns)) if share(ns) >= MODERATE_SHARE => {
+            let severity = if share(ns) >= HIGH_SHARE { "high" } else { "moderate" };
+            Verdict {
+                cause: Some(cause),
+                share: share(ns),
+                severity,
+                text: format!(
+                    "{severity}: the GPU idled {:.0}% of the time, {:.0}% of it because of {} ({:.0}% of GPU time). Usual fix: {}.",
+                    share(idle) * 100.0,
+                    if idle == 0 { 0.0 } else { ns as f64 / idle as f64 * 100.0 },
+                    cause.name(),
+                    share(ns) * 100.0,
+                    cause.fix()
+                ),
+            }
+        }
+        _ => Verdict {
+            cause: None,
+            share: top.map_or(0.0, |(_, ns)| share(*ns)),
+            severity: "none",
+            text: format!(
+                "no bottleneck: the GPU idled {:.0}% of the time, no cause above {:.0}% of GPU time.",
+                share(idle) * 100.0,
+                MODERATE_SHARE * 100.0
+            ),
+        },
+    }
+}

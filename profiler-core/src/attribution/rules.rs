@@ -1,0 +1,150 @@
+//! The rules that pick one cause for a window of GPU idle time.
+//!
+//! With `u` the GPU's busy fraction and the feeder's and workers' state fractions from the
+//! window:
+//! - `host_compute = feeder_on_cpu − u`: a CUDA sync spins on-CPU while the GPU works, so the
+//!   feeder's on-CPU time first covers the busy part; only the rest is its own work.
+//! - `cpu_contention = feeder_runqueue + feeder_blocked × workers_runqueue_share`
+//! - `disk = feeder_io_wait + feeder_blocked × workers_io_wait_share`
+//! - `dataloader_cpu = feeder_blocked × workers_on_cpu_share`
+//!
+//! where a worker share is that state's part of the workers' *active* time (on-CPU, queued
+//! or in IO): what the workers were doing while the feeder waited for them. The highest
+//! score wins; when none covers at least a third of the idle fraction, the window is
+//! `unknown`, with the reason.
+use super::{Cause, window::HostWindow};
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Label {
+    pub cause: Cause,
+    pub reason: Option<String>,
+    /// Scores in the order of `Cause::ALL` minus `Unknown`.
+    pub scores: [f64; 4],
+}
+
+/// Workers busy less than this share of their time count as idle.
+const WORKERS_ACTIVE_MIN: f64 = 0.05;
+/// A winning score must cover this much of the window's idle fraction.
+const MIN_COVER: f64 = 1.0 / 3.0;
+
+pub fn label_window(host: &HostWindow, busy: f64) -> Label {
+    let idle = (1.0 - busy).clamp(0.0, 1.0);
+    let f = host.feeder.fractions();
+    let wt = host.workers.total();
+    let w_active = host.workers.on_cpu + host.workers.runqueue + host.workers.io_wait;
+    let (w_on, w_rq, w_io) = if wt > 0.0 && w_active / wt >= WORKERS_ACTIVE_MIN {
+        (
+            host.workers.on_cpu / w_active,
+            host.workers.runqueue / w_active,
+            host.workers.io_wait / w_active,
+        )
+    } else {
+        (0.0, 0.0, 0.0)
+    };
+    let scores = [
+        f.blocked * w_on,
+        f.io_wait + f.blocked * w_io,
+        f.runqueue + f.blocked * w_rq,
+        (f.on_cpu - busy).max(0.0),
+    ];
+    let causes = [
+        Cause::DataloaderCpu,
+        Cause::Disk,
+        Cause::CpuContention,
+        Cause::HostCompute,
+    ];
+    let (best, score) = scores
+        .iter()
+        .enumerate()
+        .fold((0, f64::MIN), |acc, (i, &s)| if s > acc.1 { (i, s) } else { acc });
+    if host.feeder.total() <= 0.0 {
+        return Label {
+            cause: Cause::Unknown,
+            reason: Some("no accounting for the GPU's feeder thread in this window".into()),
+            scores,
+        };
+    }
+    if score < MIN_COVER * idle || score <= 0.0 {
+        let reason = format!(
+            "the feeder was {:.0}% on-CPU, {:.0}% blocked, {:.0}% in IO and {:.0}% queued while the GPU idled {:.0}%, and the workers were {}",
+            f.on_cpu * 100.0,
+            f.blocked * 100.0,
+            f.io_wait * 100.0,
+            f.runqueue * 100.0,
+            idle * 100.0,
+            if w_on + w_rq + w_io == 0.0 { "idle" } else { "busy too little to explain it" }
+        );
+        return Label {
+            cause: Cause::Unknown,
+            reason: Some(reason),
+            scores,
+        };
+    }
+    Label {
+        cause: causes[best],
+        reason: None,
+        scores,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::window::States;
+    use super::*;
+
+    fn st(on: f64, rq: f64, io: f64, bl: f64) -> States {
+        States {
+            on_cpu: on,
+            runqueue: rq,
+            io_wait: io,
+            blocked: bl,
+        }
+    }
+
+    fn host(feeder: States, workers: States) -> HostWindow {
+        HostWindow {
+            feeder,
+            workers,
+            other: States::default(),
+        }
+    }
+
+    #[test]
+    fn feeder_waiting_on_busy_workers_is_dataloader_cpu() {
+        let h = host(st(25.0, 0.0, 0.0, 75.0), st(180.0, 10.0, 0.0, 10.0));
+        assert_eq!(label_window(&h, 0.25).cause, Cause::DataloaderCpu);
+    }
+
+    #[test]
+    fn workers_in_io_wait_is_disk() {
+        let h = host(st(20.0, 0.0, 0.0, 80.0), st(20.0, 0.0, 150.0, 30.0));
+        assert_eq!(label_window(&h, 0.2).cause, Cause::Disk);
+        let direct = host(st(10.0, 0.0, 90.0, 0.0), st(0.0, 0.0, 0.0, 200.0));
+        assert_eq!(label_window(&direct, 0.1).cause, Cause::Disk);
+    }
+
+    #[test]
+    fn runnable_but_not_running_is_contention() {
+        let h = host(st(30.0, 50.0, 0.0, 20.0), st(60.0, 120.0, 0.0, 20.0));
+        assert_eq!(label_window(&h, 0.3).cause, Cause::CpuContention);
+    }
+
+    #[test]
+    fn sync_spin_during_busy_time_is_not_host_compute() {
+        // On-CPU only as long as the GPU was busy: the feeder spun in a sync.
+        let spin = host(st(30.0, 0.0, 0.0, 70.0), st(0.0, 0.0, 0.0, 200.0));
+        let l = label_window(&spin, 0.3);
+        assert_eq!(l.cause, Cause::Unknown);
+        assert!(l.reason.unwrap().contains("workers were idle"));
+        let own_work = host(st(95.0, 5.0, 0.0, 0.0), st(0.0, 0.0, 0.0, 200.0));
+        assert_eq!(label_window(&own_work, 0.25).cause, Cause::HostCompute);
+    }
+
+    #[test]
+    fn missing_feeder_is_unknown_with_reason() {
+        let h = host(States::default(), st(100.0, 0.0, 0.0, 0.0));
+        let l = label_window(&h, 0.0);
+        assert_eq!(l.cause, Cause::Unknown);
+        assert!(l.reason.is_some());
+    }
+}

@@ -1,0 +1,165 @@
+//! The GPU part of the reports: busy and idle time per GPU, idle time by cause, the longest
+//! stalls with their evidence, and the verdict.
+use std::collections::BTreeMap;
+use std::io::{self, Write};
+
+use serde::Serialize;
+
+use crate::attribution::{Attribution, Cause, SecondLabel, Stall, Verdict};
+use crate::model::Analysis;
+use crate::units;
+
+/// How many stalls the text report details per GPU.
+const TEXT_STALLS: usize = 5;
+/// How many leaf frames a stack shows in the text report.
+const TEXT_FRAMES: usize = 4;
+
+#[derive(Debug, Serialize)]
+pub struct JsonGpu<'a> {
+    pub index: u32,
+    pub name: &'a str,
+    pub uuid: &'a str,
+    pub observed_ns: u64,
+    pub busy_ns: u64,
+    pub idle_ns: u64,
+    pub idle_by_cause: BTreeMap<&'static str, u64>,
+    pub samples: usize,
+    pub pcie_max_gen: u32,
+    pub pcie_max_width: u32,
+    /// The dominant cause of each second of the recording.
+    pub seconds: &'a [SecondLabel],
+}
+
+pub fn json_gpus(a: &Analysis) -> Vec<JsonGpu<'_>> {
+    let Some(attr) = &a.attribution else {
+        return Vec::new();
+    };
+    attr.gpus
+        .iter()
+        .map(|g| {
+            let info = a.gpus.get(&g.gpu).map(|t| &t.info);
+            JsonGpu {
+                index: g.gpu,
+                name: info.map_or("", |i| i.name.as_str()),
+                uuid: info.map_or("", |i| i.uuid.as_str()),
+                observed_ns: g.observed_ns,
+                busy_ns: g.busy_ns,
+                idle_ns: g.idle_ns,
+                idle_by_cause: g.idle_by_cause.iter().map(|(c, ns)| (c.name(), *ns)).collect(),
+                samples: a.gpus.get(&g.gpu).map_or(0, |t| t.samples.len()),
+                pcie_max_gen: info.map_or(0, |i| i.pcie_max_gen),
+                pcie_max_width: info.map_or(0, |i| i.pcie_max_width),
+                seconds: &g.seconds,
+            }
+        })
+        .collect()
+}
+
+/// Every GPU's stalls, longest first.
+pub fn json_stalls(a: &Analysis) -> Vec<&Stall> {
+    let mut stalls: Vec<&Stall> = a
+        .attribution
+        .iter()
+        .flat_map(|attr| attr.gpus.iter().flat_map(|g| g.stalls.iter()))
+        .collect();
+    stalls.sort_by(|x, y| y.idle_ns.cmp(&x.idle_ns).then(x.start_ns.cmp(&y.start_ns)));
+    stalls
+}
+
+pub fn json_verdict(a: &Analysis) -> Option<&Verdict> {
+    a.attribution.as_ref().map(|attr| &attr.verdict)
+}
+
+fn pct(part: u64, whole: u64) -> String {
+    if whole == 0 {
+        "-".into()
+    } else {
+        format!("{:.1}%", part as f64 * 100.0 / whole as f64)
+    }
+}
+
+pub fn write_text<W: Write>(a: &Analysis, w: &mut W) -> io::Result<()> {
+    let Some(attr) = &a.attribution else {
+        if a.gpus.is_empty() {
+            return Ok(());
+        }
+        return writeln!(w, "\nGPU: no utilization samples were recorded");
+    };
+    for g in &attr.gpus {
+        let name = a.gpus.get(&g.gpu).map_or("", |t| t.info.name.as_str());
+        writeln!(w)?;
+        writeln!(
+            w,
+            "GPU {} {name}: busy {}, idle {} of {} s",
+            g.gpu,
+            pct(g.busy_ns, g.observed_ns),
+            pct(g.idle_ns, g.observed_ns),
+            units::seconds(g.observed_ns)
+        )?;
+        let mut causes: Vec<(&Cause, &u64)> = g.idle_by_cause.iter().filter(|(_, ns)| **ns > 0).collect();
+        causes.sort_by(|x, y| y.1.cmp(x.1));
+        for (cause, ns) in causes {
+            writeln!(
+                w,
+                "  idle {:>15}: {:>8} s  {:>6} of GPU time",
+                cause.name(),
+                units::seconds(*ns),
+                pct(*ns, g.observed_ns)
+            )?;
+        }
+        write_stalls(a, attr, g.gpu, w)?;
+    }
+    writeln!(w, "\nverdict: {}", attr.verdict.text)
+}
+
+fn write_stalls<W: Write>(a: &Analysis, attr: &Attribution, gpu: u32, w: &mut W) -> io::Result<()> {
+    let Some(g) = attr.gpus.iter().find(|g| g.gpu == gpu) else {
+        return Ok(());
+    };
+    if g.stalls.is_empty() {
+        return Ok(());
+    }
+    writeln!(w, "  longest stalls:")?;
+    for s in g.stalls.iter().take(TEXT_STALLS) {
+        writeln!(
+            w,
+            "    +{} s .. +{} s  {} s idle  {}",
+            units::seconds(s.start_ns.saturating_sub(a.start_ns)),
+            units::seconds(s.end_ns.saturating_sub(a.start_ns)),
+            units::seconds(s.idle_ns),
+            s.cause.name()
+        )?;
+        if let Some(reason) = &s.reason {
+            writeln!(w, "      why unknown: {reason}")?;
+        }
+        for t in s.evidence.threads.iter().take(3) {
+            let total = (t.on_cpu_ns + t.runqueue_ns + t.io_wait_ns + t.blocked_ns).max(1);
+            writeln!(
+                w,
+                "      {} {} ({}/{}): on-CPU {}, run-queue {}, IO {}, blocked {}",
+                t.role,
+                t.comm,
+                t.pid,
+                t.tid,
+                pct(t.on_cpu_ns, total),
+                pct(t.runqueue_ns, total),
+                pct(t.io_wait_ns, total),
+                pct(t.blocked_ns, total)
+            )?;
+        }
+        for st in s.evidence.stacks.iter().take(2) {
+            let leaf: Vec<&str> = st.frames.iter().rev().take(TEXT_FRAMES).map(String::as_str).collect();
+            writeln!(w, "      stack ({} {}): {}", st.weight, st.unit, leaf.join(" <- "))?;
+        }
+        if let Some(io) = &s.evidence.block_io {
+            writeln!(
+                w,
+                "      block IO: {} requests, {} read, p99 {} ms",
+                io.requests,
+                units::bytes(io.read_bytes),
+                io.p99_ns.map_or("-".into(), |ns| format!("{:.1}", ns as f64 / 1e6))
+            )?;
+        }
+    }
+    Ok(())
+}

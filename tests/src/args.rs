@@ -1,0 +1,191 @@
+//! Hand-rolled argv parsing for `stallwork`: a subcommand followed by `--key value` pairs.
+use std::{collections::BTreeMap, io, path::PathBuf, time::Duration};
+
+pub const USAGE: &str = "usage: stallwork <command> [--key value]...
+  spin --secs N                    one thread burns CPU
+  pinned --cpu C --secs N          two spinning threads pinned to CPU C
+  cold-read --file P --mb M --secs N   re-read an evicted file with buffered reads
+  sleep --secs N                   one thread sleeping in 10 ms naps
+  fork-tree --delay-ms D --secs N  after D ms, fork 2 spinning processes and 2 spinning threads
+  demo --secs N [--cpu C]          CPU worker, IO worker and two contending threads
+  pingpong --secs N [--cpu C]      two pinned threads bouncing a byte over pipes
+  mix --secs N [--threads T]       CPU bursts, naps and small file IO";
+
+/// One workload, with its parameters.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Command {
+    Spin {
+        secs: Duration,
+    },
+    Pinned {
+        cpu: usize,
+        secs: Duration,
+    },
+    ColdRead {
+        file: PathBuf,
+        mb: u64,
+        secs: Duration,
+    },
+    Sleep {
+        secs: Duration,
+    },
+    ForkTree {
+        delay: Duration,
+        secs: Duration,
+    },
+    Demo {
+        cpu: usize,
+        secs: Duration,
+    },
+    PingPong {
+        cpu: usize,
+        secs: Duration,
+    },
+    Mix {
+        threads: usize,
+        secs: Duration,
+    },
+}
+
+fn invalid(msg: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, format!("{msg}\n{USAGE}"))
+}
+
+/// The `--key value` pairs after the subcommand; every key must be consumed.
+struct Options {
+    values: BTreeMap<String, String>,
+}
+
+impl Options {
+    fn parse(rest: &[String]) -> io::Result<Self> {
+        let mut values = BTreeMap::new();
+        let mut it = rest.iter();
+        while let Some(key) = it.next() {
+            let Some(name) = key.strip_prefix("--") else {
+                return Err(invalid(format!("unexpected argument `{key}`")));
+            };
+            let value = it
+                .next()
+                .ok_or_else(|| invalid(format!("`{key}` needs a value")))?;
+            values.insert(name.to_owned(), value.clone());
+        }
+        Ok(Self { values })
+    }
+
+    fn take<T: std::str::FromStr>(&mut self, name: &str) -> io::Result<Option<T>> {
+        let Some(raw) = self.values.remove(name) else {
+            return Ok(None);
+        };
+        raw.parse()
+            .map(Some)
+            .map_err(|_| invalid(format!("bad value `{raw}` for --{name}")))
+    }
+
+    fn need<T: std::str::FromStr>(&mut self, name: &str) -> io::Result<T> {
+        self.take(name)?
+            .ok_or_else(|| invalid(format!("--{name} is required")))
+    }
+
+    fn secs(&mut self) -> io::Result<Duration> {
+        let secs: f64 = self.need("secs")?;
+        Duration::try_from_secs_f64(secs).map_err(|_| invalid(format!("bad --secs {secs}")))
+    }
+
+    /// Rejects leftovers, so that a typo is an error rather than a silently ignored flag.
+    fn finish(self) -> io::Result<()> {
+        match self.values.keys().next() {
+            Some(k) => Err(invalid(format!("unknown option --{k}"))),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Parses `stallwork`'s arguments, without the program name.
+pub fn parse(argv: &[String]) -> io::Result<Command> {
+    let (name, rest) = argv
+        .split_first()
+        .ok_or_else(|| invalid("no command given".to_owned()))?;
+    let mut o = Options::parse(rest)?;
+    let command = match name.as_str() {
+        "spin" => Command::Spin { secs: o.secs()? },
+        "pinned" => Command::Pinned {
+            cpu: o.need("cpu")?,
+            secs: o.secs()?,
+        },
+        "cold-read" => Command::ColdRead {
+            file: o.need("file")?,
+            mb: o.need("mb")?,
+            secs: o.secs()?,
+        },
+        "sleep" => Command::Sleep { secs: o.secs()? },
+        "fork-tree" => Command::ForkTree {
+            delay: Duration::from_millis(o.need("delay-ms")?),
+            secs: o.secs()?,
+        },
+        "demo" => Command::Demo {
+            cpu: o.take("cpu")?.unwrap_or(0),
+            secs: o.secs()?,
+        },
+        "pingpong" => Command::PingPong {
+            cpu: o.take("cpu")?.unwrap_or(0),
+            secs: o.secs()?,
+        },
+        "mix" => Command::Mix {
+            threads: o.take("threads")?.unwrap_or(4),
+            secs: o.secs()?,
+        },
+        other => return Err(invalid(format!("unknown command `{other}`"))),
+    };
+    o.finish()?;
+    Ok(command)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn argv(s: &str) -> Vec<String> {
+        s.split_whitespace().map(str::to_owned).collect()
+    }
+
+    #[test]
+    fn parses_every_command() {
+        assert_eq!(
+            parse(&argv("pinned --cpu 1 --secs 2.5")).unwrap(),
+            Command::Pinned {
+                cpu: 1,
+                secs: Duration::from_millis(2500)
+            }
+        );
+        assert_eq!(
+            parse(&argv("fork-tree --secs 3 --delay-ms 200")).unwrap(),
+            Command::ForkTree {
+                delay: Duration::from_millis(200),
+                secs: Duration::from_secs(3)
+            }
+        );
+        assert_eq!(
+            parse(&argv("pingpong --secs 1")).unwrap(),
+            Command::PingPong {
+                cpu: 0,
+                secs: Duration::from_secs(1)
+            }
+        );
+    }
+
+    #[test]
+    fn rejects_mistakes() {
+        for bad in [
+            "",
+            "spin",
+            "spin --secs",
+            "spin --secs x",
+            "spin --secs 1 --cpu 2",
+            "spin secs 1",
+            "jump --secs 1",
+            "spin --secs -1",
+        ] {
+            assert!(parse(&argv(bad)).is_err(), "accepted `{bad}`");
+        }
+    }
+}

@@ -1,0 +1,101 @@
+//! Shared helpers for the root-only end-to-end tests: privileges, serial execution, scratch
+//! space and the clock the recordings use.
+pub mod oracle;
+pub mod procfs;
+pub mod spawned;
+pub mod stallscope;
+pub mod workload;
+
+use std::{
+    path::{Path, PathBuf},
+    sync::{Mutex, MutexGuard},
+};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Fails (never skips) when not root: these tests exist to exercise real eBPF.
+pub fn require_root() {
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    assert_eq!(
+        euid, 0,
+        "the stallscope end-to-end tests load eBPF and must run as root (euid is {euid}); \
+         run them with `sudo -E cargo xtask test`"
+    );
+}
+
+/// Holds the lock that runs these tests one at a time: they measure CPU time, and two
+/// workloads at once would steal it from each other. Also checks for root.
+pub fn serial() -> MutexGuard<'static, ()> {
+    require_root();
+    // A test that panicked while holding the lock leaves nothing to repair.
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// CLOCK_MONOTONIC in ns, the clock of the recordings' `start_ns`.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// A fresh directory, removed again when dropped.
+pub struct Scratch {
+    pub path: PathBuf,
+}
+
+impl Scratch {
+    /// Under cargo's per-target temporary directory, which lives on the build disk: a tmpfs
+    /// /tmp would have no block device for the IO tests to wait on.
+    pub fn new(name: &str) -> Self {
+        Self::under(Path::new(env!("CARGO_TARGET_TMPDIR")), name)
+    }
+
+    pub fn under(parent: &Path, name: &str) -> Self {
+        let path = parent.join(format!("{name}-{}-{}", std::process::id(), monotonic_ns()));
+        std::fs::create_dir_all(&path).unwrap();
+        Self { path }
+    }
+
+    pub fn join(&self, name: &str) -> PathBuf {
+        self.path.join(name)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+/// The highest CPU this process may run on: the one pinned workloads share.
+pub fn last_allowed_cpu() -> usize {
+    // SAFETY: an all-zero cpu_set_t is a valid empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: pid 0 is this thread; `set` is a valid out-pointer of the size passed.
+    let r = unsafe { libc::sched_getaffinity(0, size_of::<libc::cpu_set_t>(), &mut set) };
+    assert_eq!(
+        r,
+        0,
+        "sched_getaffinity: {}",
+        std::io::Error::last_os_error()
+    );
+    (0..libc::CPU_SETSIZE as usize)
+        .rev()
+        // SAFETY: `cpu` is below CPU_SETSIZE.
+        .find(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) })
+        .unwrap()
+}
+
+/// Finds a program on PATH or in the sbin directories, which a plain user's PATH may lack.
+pub fn find_tool(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/sbin", "/sbin", "/usr/bin", "/bin"].map(PathBuf::from))
+        .map(|dir| dir.join(name))
+        .find(|p| p.is_file())
+}
