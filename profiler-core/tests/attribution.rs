@@ -1,0 +1,266 @@
+//! Attribution end to end on a hand-built recording: a healthy phase, a dataloader-bound phase
+//! and a disk-bound phase, with NVML-like sample periods that straddle the phase changes.
+use profiler_core::analyze;
+use profiler_core::attribution::Cause;
+use profiler_core::record::{GpuInfo, Meta, Record, ThreadCounters};
+
+const MS: u64 = 1_000_000;
+const START: u64 = 5_000 * MS;
+const TICK: u64 = 50 * MS;
+const PERIOD: u64 = 166_666_667;
+const FEEDER: u32 = 100;
+const WORKERS: [u32; 2] = [200, 201];
+
+/// What each thread does per tick in a phase: (on, rq, io, blocked) fractions, and GPU util.
+struct Phase {
+    until_ms: u64,
+    util: u32,
+    feeder: [f64; 4],
+    worker: [f64; 4],
+}
+
+const PHASES: [Phase; 3] = [
+    Phase {
+        until_ms: 4000,
+        util: 100,
+        feeder: [0.95, 0.05, 0.0, 0.0],
+        worker: [0.2, 0.0, 0.0, 0.8],
+    },
+    Phase {
+        until_ms: 8000,
+        util: 30,
+        feeder: [0.3, 0.0, 0.0, 0.7],
+        worker: [0.95, 0.03, 0.0, 0.02],
+    },
+    Phase {
+        until_ms: 10000,
+        util: 20,
+        feeder: [0.2, 0.0, 0.0, 0.8],
+        worker: [0.1, 0.0, 0.8, 0.1],
+    },
+];
+
+fn phase_at(ms: u64) -> &'static Phase {
+    PHASES
+        .iter()
+        .find(|p| ms < p.until_ms)
+        .unwrap_or(&PHASES[2])
+}
+
+fn recording() -> Vec<Record> {
+    let mut out = vec![
+        Record::Meta(Meta {
+            target_pids: vec![FEEDER],
+            start_ns: START,
+            tick_ns: TICK,
+            ..Meta::default()
+        }),
+        Record::Gpu(GpuInfo {
+            index: 0,
+            name: "test GPU".into(),
+            target_pids: vec![FEEDER],
+            ..GpuInfo::default()
+        }),
+        Record::Stack {
+            id: 0,
+            frames: vec!["main".into(), "worker_loop".into(), "decode_jpeg".into()],
+        },
+        Record::Stack {
+            id: 1,
+            frames: vec![
+                "main".into(),
+                "read_sample".into(),
+                "io_schedule_[k]".into(),
+            ],
+        },
+    ];
+    for (tid, name) in [
+        (FEEDER, "python"),
+        (WORKERS[0], "pt_data_worker"),
+        (WORKERS[1], "pt_data_worker"),
+    ] {
+        out.push(Record::Thread {
+            ts_ns: START,
+            tid,
+            pid: tid,
+            comm: name.into(),
+        });
+    }
+    let mut totals: Vec<ThreadCounters> = [FEEDER, WORKERS[0], WORKERS[1]]
+        .iter()
+        .map(|&tid| ThreadCounters {
+            tid,
+            pid: tid,
+            ..ThreadCounters::default()
+        })
+        .collect();
+    let mut t = START;
+    while t < START + 10_000 * MS {
+        let p = phase_at((t - START) / MS);
+        for c in &mut totals {
+            let f = if c.tid == FEEDER { p.feeder } else { p.worker };
+            c.on_cpu_ns += (f[0] * TICK as f64) as u64;
+            c.runqueue_ns += (f[1] * TICK as f64) as u64;
+            c.io_wait_ns += (f[2] * TICK as f64) as u64;
+            c.blocked_ns += (f[3] * TICK as f64) as u64;
+        }
+        t += TICK;
+        out.push(Record::Tick {
+            ts_ns: t,
+            threads: totals.clone(),
+        });
+        let ms = (t - START) / MS;
+        if (4000..8000).contains(&ms) {
+            out.push(Record::CpuSample {
+                ts_ns: t - MS,
+                tid: WORKERS[0],
+                pid: WORKERS[0],
+                stack: 0,
+            });
+        }
+        if ms >= 8000 {
+            out.push(Record::OffCpuSample {
+                ts_ns: t - 20 * MS,
+                tid: WORKERS[1],
+                pid: WORKERS[1],
+                duration_ns: 15 * MS,
+                io: true,
+                stack: 1,
+            });
+        }
+    }
+    // Sample periods do not line up with the phases: the one straddling 4 s mixes them.
+    let mut s = START + PERIOD;
+    while s <= START + 10_000 * MS {
+        let mid_ms = (s - PERIOD / 2 - START) / MS;
+        out.push(Record::GpuUtil {
+            gpu: 0,
+            ts_ns: s,
+            period_ns: PERIOD,
+            util_pct: phase_at(mid_ms).util,
+        });
+        s += PERIOD;
+    }
+    out.push(Record::End {
+        ts_ns: START + 10_000 * MS,
+        reason: profiler_core::record::EndReason::Duration,
+    });
+    out
+}
+
+#[test]
+fn labels_each_phase_with_its_cause() {
+    let a = analyze(recording());
+    let attr = a
+        .attribution
+        .as_ref()
+        .expect("GPU samples give an attribution");
+    assert_eq!(
+        attr.roles.feeders.iter().copied().collect::<Vec<_>>(),
+        [FEEDER]
+    );
+    let g = &attr.gpus[0];
+    let idle_s = |c: Cause| *g.idle_by_cause.get(&c).unwrap_or(&0) as f64 / 1e9;
+    // 4 s at 70% idle and 2 s at 80% idle, give or take the straddling samples.
+    assert!(
+        (idle_s(Cause::DataloaderCpu) - 2.8).abs() < 0.15,
+        "{:?}",
+        g.idle_by_cause
+    );
+    assert!(
+        (idle_s(Cause::Disk) - 1.6).abs() < 0.15,
+        "{:?}",
+        g.idle_by_cause
+    );
+    let labelled = idle_s(Cause::DataloaderCpu) + idle_s(Cause::Disk);
+    assert!(
+        labelled / (g.idle_ns as f64 / 1e9) > 0.95,
+        "{:?}",
+        g.idle_by_cause
+    );
+    let secs: Vec<Option<Cause>> = g.seconds.iter().map(|s| s.cause).collect();
+    assert_eq!(
+        &secs[..4],
+        &[None; 4],
+        "healthy seconds carry no label: {secs:?}"
+    );
+    assert!(
+        secs[4..8].iter().all(|c| *c == Some(Cause::DataloaderCpu)),
+        "{secs:?}"
+    );
+    assert!(
+        secs[8..].iter().all(|c| *c == Some(Cause::Disk)),
+        "{secs:?}"
+    );
+
+    let v = &attr.verdict;
+    assert_eq!(v.cause, Some(Cause::DataloaderCpu));
+    assert_eq!(v.severity, "high");
+    assert!(v.text.contains("dataloader_cpu"), "{}", v.text);
+
+    let longest = &g.stalls[0];
+    assert_eq!(longest.cause, Cause::DataloaderCpu);
+    assert!(
+        longest.end_ns - longest.start_ns >= 3_500 * MS,
+        "{longest:?}"
+    );
+    let ev = &longest.evidence;
+    assert!(ev.threads.iter().all(|t| t.role == "worker"), "{ev:?}");
+    assert_eq!(
+        ev.stacks[0].frames.last().map(String::as_str),
+        Some("decode_jpeg")
+    );
+    let disk = g
+        .stalls
+        .iter()
+        .find(|s| s.cause == Cause::Disk)
+        .expect("a disk stall");
+    assert_eq!(
+        disk.evidence.stacks[0].frames.last().map(String::as_str),
+        Some("io_schedule_[k]")
+    );
+}
+
+#[test]
+fn per_cause_flamegraphs_hold_only_that_cause_s_stacks() {
+    let a = analyze(recording());
+    let (lines, unit) = profiler_core::folded::cause_folded(&a, Cause::DataloaderCpu);
+    assert_eq!(unit, "samples");
+    assert!(
+        !lines.is_empty() && lines.iter().all(|l| l.contains("decode_jpeg")),
+        "{lines:?}"
+    );
+    let (disk, unit) = profiler_core::folded::cause_folded(&a, Cause::Disk);
+    assert_eq!(unit, "us");
+    assert!(
+        !disk.is_empty() && disk.iter().all(|l| l.contains("[io]")),
+        "{disk:?}"
+    );
+}
+
+#[test]
+fn json_has_the_gpu_contract() {
+    let a = analyze(recording());
+    let v = profiler_core::report_json::to_json_value(&a, &profiler_core::LoadInfo::default());
+    let gpu = &v["gpus"][0];
+    for key in ["index", "busy_ns", "idle_ns", "idle_by_cause"] {
+        assert!(!gpu[key].is_null(), "gpus[0].{key} missing: {gpu}");
+    }
+    assert!(gpu["idle_by_cause"]["dataloader_cpu"].as_u64().unwrap() > 0);
+    let stall = &v["stalls"][0];
+    for key in ["gpu", "start_ns", "end_ns", "cause"] {
+        assert!(!stall[key].is_null(), "stalls[0].{key} missing: {stall}");
+    }
+    assert_eq!(stall["cause"], "dataloader_cpu");
+    assert_eq!(v["verdict"]["cause"], "dataloader_cpu");
+    assert!(v["verdict"]["share"].as_f64().unwrap() > 0.2);
+}
+
+#[test]
+fn no_gpu_samples_means_no_attribution() {
+    let records: Vec<Record> = recording()
+        .into_iter()
+        .filter(|r| !matches!(r, Record::GpuUtil { .. }))
+        .collect();
+    assert!(analyze(records).attribution.is_none());
+}
