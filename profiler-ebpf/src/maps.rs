@@ -19,7 +19,7 @@ pub static THREADS: HashMap<u32, ThreadStats> = HashMap::with_max_entries(65536,
 pub static CPU_CURRENT: PerCpuArray<CpuSlot> = PerCpuArray::with_max_entries(1, 0);
 
 #[map]
-pub static EVENTS: RingBuf = RingBuf::with_byte_size(16 * 1024 * 1024, 0);
+pub static EVENTS: RingBuf = RingBuf::with_byte_size(8 * 1024 * 1024, 0);
 
 #[map]
 pub static COUNTS: PerCpuArray<EventCounts> = PerCpuArray::with_max_entries(kind::COUNT, 0);

@@ -1,10 +1,122 @@
-//! Benchmarks (placeholder until the overhead benchmark lands).
+//! Benchmarks. `overhead` measures what attaching stallscope costs a workload, next to peer
+//! tracers on the same workloads, and prints a markdown table with the targets on stdout.
+mod overhead;
+mod peers;
+mod proc;
+mod quiet;
+mod report;
+mod tracers;
+
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+
+use crate::release_bin;
+pub use overhead::Workload;
+pub use tracers::Tracer;
+
 #[derive(clap::Args)]
 pub struct BenchArgs {
-    /// Which benchmark: overhead.
-    pub which: String,
+    /// Which benchmark.
+    #[arg(value_enum)]
+    pub which: Which,
+    /// Seconds each workload run lasts [default: 5, or 3 with --quick].
+    #[arg(long)]
+    pub secs: Option<u64>,
+    /// Repetitions of every workload × tracer pair, in rotating order [default: 5, or 1
+    /// with --quick].
+    #[arg(long)]
+    pub reps: Option<u32>,
+    /// Smoke run: one repetition of 3-second runs.
+    #[arg(long)]
+    pub quick: bool,
+    /// Workloads to run (comma-separated).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "w1,w1u,w2")]
+    pub workloads: Vec<Workload>,
+    /// Tracers to compare (comma-separated); the untraced baseline always runs.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "stallscope,bpftrace,runqlat,offcputime"
+    )]
+    pub tracers: Vec<Tracer>,
+    /// CPU that pingpong is pinned to [default: the last CPU], leaving the others to the
+    /// tracers' user-space side.
+    #[arg(long)]
+    pub cpu: Option<usize>,
+    /// How often to run again a run that another tracer or other load contended with.
+    #[arg(long, default_value_t = 2)]
+    pub retries: u32,
+    /// Wall-clock budget in minutes: retries and waits for a quiet machine stop when they
+    /// would push the benchmark past it [default: 13, or 3 with --quick].
+    #[arg(long)]
+    pub budget_min: Option<u64>,
+    /// Use the release binaries as they are instead of building them first.
+    #[arg(long)]
+    pub no_build: bool,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum Which {
+    /// Workload slowdown, CPU, memory and drops of stallscope against bpftrace, runqlat and
+    /// offcputime.
+    Overhead,
 }
 
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
-    anyhow::bail!("unknown benchmark `{}`", args.which)
+    match args.which {
+        Which::Overhead => overhead(args),
+    }
+}
+
+fn overhead(args: BenchArgs) -> anyhow::Result<()> {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        bail!("the overhead benchmark loads eBPF programs and installs peers: run it as root");
+    }
+    if !args.no_build {
+        crate::build().context("building stallscope and stallwork (skip with --no-build)")?;
+    }
+    let stallwork = release_bin("stallwork");
+    let stallscope = release_bin("stallscope");
+    for bin in [&stallwork, &stallscope] {
+        if !bin.is_file() {
+            bail!(
+                "{} is missing; build it with `cargo build --release -p profiler -p \
+                 stallscope-tests --bins`",
+                bin.display()
+            );
+        }
+    }
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut tracers = vec![Tracer::None];
+    tracers.extend(args.tracers.iter().filter(|t| **t != Tracer::None));
+    tracers.dedup();
+    let budget_min = args.budget_min.unwrap_or(if args.quick { 3 } else { 13 });
+    let cfg = overhead::Config {
+        secs: args.secs.unwrap_or(if args.quick { 3 } else { 5 }).max(1),
+        reps: args.reps.unwrap_or(if args.quick { 1 } else { 5 }).max(1),
+        workloads: args.workloads.clone(),
+        tracers,
+        cpu: args.cpu.unwrap_or(cpus - 1),
+        stallwork,
+        stallscope,
+        peers: peers::ensure(),
+        dir: std::env::temp_dir().join("stallscope-bench"),
+        retries: args.retries,
+        settle: Duration::from_secs(if args.quick { 2 } else { 10 }),
+        budget: Duration::from_secs(budget_min * 60),
+    };
+    let runs = cfg.reps as usize * cfg.workloads.len() * cfg.tracers.len();
+    eprintln!(
+        "bench: {runs} runs of {} s on {cpus} CPUs (pingpong on CPU {}); {} to {} min",
+        cfg.secs,
+        cfg.cpu,
+        (cfg.run_estimate() * runs as u32).as_secs().div_ceil(60),
+        budget_min
+    );
+    let records = overhead::run_all(&cfg)?;
+    report::print(&cfg, &records);
+    Ok(())
 }

@@ -1,0 +1,342 @@
+//! Runs the overhead benchmark: every workload under every tracer (and none), repeated in
+//! rotating order. Each run starts the workload behind a gate, attaches the tracer to its
+//! PID, opens the gate once the tracer is attached, and so traces the workload's whole run.
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use super::{
+    peers::Peers,
+    proc::{self, Proc, tail},
+    quiet::{self, Watch},
+    tracers::{self, Cost, Tracer},
+};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
+pub enum Workload {
+    /// pingpong, traced as the target.
+    W1,
+    /// pingpong in an unrelated process while the tracer targets an idle process.
+    W1u,
+    /// mix, traced as the target.
+    W2,
+}
+
+impl Workload {
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::W1 => "W1 pingpong (target)",
+            Self::W1u => "W1u pingpong (not the target)",
+            Self::W2 => "W2 mix (target)",
+        }
+    }
+
+    pub fn unit(self) -> &'static str {
+        match self {
+            Self::W1 | Self::W1u => "rounds/s",
+            Self::W2 => "ops/s",
+        }
+    }
+}
+
+pub struct Config {
+    pub secs: u64,
+    pub reps: u32,
+    pub workloads: Vec<Workload>,
+    /// Always starts with [`Tracer::None`].
+    pub tracers: Vec<Tracer>,
+    pub cpu: usize,
+    pub stallwork: PathBuf,
+    pub stallscope: PathBuf,
+    pub peers: Peers,
+    pub dir: PathBuf,
+    /// How often a run that something else contended with is run again.
+    pub retries: u32,
+    /// How long to wait before each run for the machine to go quiet.
+    pub settle: Duration,
+    /// Retries and settling stop when they would push the whole benchmark past this.
+    pub budget: Duration,
+}
+
+impl Config {
+    /// A generous guess at one run's wall time: the window plus start-up and teardown.
+    pub fn run_estimate(&self) -> Duration {
+        Duration::from_secs(self.secs + 2)
+    }
+
+    /// The peer's binary, or why it is not there.
+    pub fn tracer_bin(&self, t: Tracer) -> Result<&Path, &str> {
+        let peer = match t {
+            Tracer::None | Tracer::Stallscope => return Ok(&self.stallscope),
+            Tracer::Bpftrace => &self.peers.bpftrace,
+            Tracer::Runqlat => &self.peers.runqlat,
+            Tracer::Offcputime => &self.peers.offcputime,
+        };
+        peer.as_deref().map_err(String::as_str)
+    }
+}
+
+pub struct RunRecord {
+    pub workload: Workload,
+    pub tracer: Tracer,
+    pub rep: u32,
+    pub result: Result<Sample, String>,
+}
+
+pub struct Sample {
+    /// Workload throughput over its whole run, by its own count and clock.
+    pub throughput: f64,
+    pub cost: Option<Cost>,
+    /// What else loaded the machine during the run; None for a clean run.
+    pub contention: Option<String>,
+}
+
+pub fn run_all(cfg: &Config) -> anyhow::Result<Vec<RunRecord>> {
+    std::fs::create_dir_all(&cfg.dir)?;
+    let total = cfg.reps as usize * cfg.workloads.len() * cfg.tracers.len();
+    let mut records: Vec<RunRecord> = Vec::with_capacity(total);
+    let started = Instant::now();
+    for rep in 0..cfg.reps {
+        for &workload in &cfg.workloads {
+            // Rotate so no tracer always runs first, or always right after another one.
+            let mut order = cfg.tracers.clone();
+            let shift = rep as usize % order.len();
+            order.rotate_left(shift);
+            for tracer in order {
+                if cfg.tracer_bin(tracer).is_err() {
+                    continue;
+                }
+                let left = total - records.len();
+                let result = run_with_retries(cfg, workload, tracer, rep, started, left);
+                let baseline = records.iter().find_map(|r| match &r.result {
+                    Ok(s) if r.workload == workload && r.tracer == Tracer::None && r.rep == rep => {
+                        Some(s.throughput)
+                    }
+                    _ => None,
+                });
+                progress(
+                    records.len() + 1,
+                    total,
+                    workload,
+                    tracer,
+                    rep,
+                    &result,
+                    baseline,
+                );
+                records.push(RunRecord {
+                    workload,
+                    tracer,
+                    rep,
+                    result,
+                });
+            }
+        }
+    }
+    Ok(records)
+}
+
+/// Runs once, and again while something else contended with the run, as long as the time
+/// left allows it.
+fn run_with_retries(
+    cfg: &Config,
+    w: Workload,
+    t: Tracer,
+    rep: u32,
+    started: Instant,
+    runs_left: usize,
+) -> Result<Sample, String> {
+    let mut attempt = 0;
+    loop {
+        let spare = cfg
+            .budget
+            .saturating_sub(started.elapsed())
+            .saturating_sub(cfg.run_estimate() * runs_left as u32);
+        // Spread the spare time over the runs left, so early runs cannot use it all up.
+        let settle = cfg.settle.min(spare / runs_left.max(1) as u32);
+        if !settle.is_zero() {
+            quiet::settle(settle);
+        }
+        let result = run_one(cfg, w, t, rep);
+        let contention = result.as_ref().ok().and_then(|s| s.contention.as_deref());
+        match contention {
+            Some(why) if attempt < cfg.retries && spare > cfg.run_estimate() + settle => {
+                attempt += 1;
+                eprintln!(
+                    "bench: {w:?} {} rep {}: contended ({why}); again",
+                    t.name(),
+                    rep + 1
+                );
+            }
+            _ => return result,
+        }
+    }
+}
+
+fn progress(
+    n: usize,
+    total: usize,
+    w: Workload,
+    t: Tracer,
+    rep: u32,
+    result: &Result<Sample, String>,
+    baseline: Option<f64>,
+) {
+    let what = match result {
+        Err(e) => format!("FAILED: {e}"),
+        Ok(s) => {
+            let mut line = format!("{:.0} {}", s.throughput, w.unit());
+            if let (Some(b), false) = (baseline, t == Tracer::None) {
+                line += &format!(", ratio {:.3}", s.throughput / b);
+            }
+            if let Some(c) = &s.cost {
+                line += &format!(
+                    ", tracer CPU {:.2} s, RSS {:.1} MiB, attach {:.2} s",
+                    c.cpu_s,
+                    c.maxrss_kib as f64 / 1024.0,
+                    c.attach_s
+                );
+                if let Some(sc) = &c.scope {
+                    line += &format!(", {:.0} events/s, lost {}", sc.events_per_s, sc.lost);
+                }
+                if let Some(note) = &c.note {
+                    line += &format!(" ({note})");
+                }
+            }
+            if let Some(why) = &s.contention {
+                line += &format!(" [contended: {why}]");
+            }
+            line
+        }
+    };
+    eprintln!(
+        "bench: [{n}/{total}] {w:?} {} rep {}: {what}",
+        t.name(),
+        rep + 1
+    );
+}
+
+fn run_one(cfg: &Config, w: Workload, t: Tracer, rep: u32) -> Result<Sample, String> {
+    let tag = format!("{w:?}-{t:?}-{rep}").to_lowercase();
+    let mut work_args: Vec<String> = match w {
+        Workload::W1 | Workload::W1u => vec!["pingpong".into()],
+        Workload::W2 => vec!["mix".into()],
+    };
+    work_args.extend(["--secs".into(), cfg.secs.to_string()]);
+    if w != Workload::W2 {
+        work_args.extend(["--cpu".into(), cfg.cpu.to_string()]);
+    }
+    let run_dir = cfg.dir.join(&tag);
+    let _ = std::fs::remove_dir_all(&run_dir);
+    std::fs::create_dir_all(&run_dir).map_err(|e| format!("{}: {e}", run_dir.display()))?;
+    let result = match w {
+        Workload::W1 | Workload::W2 => {
+            let mut work = Proc::spawn(&mut proc::gated(&cfg.stallwork, &work_args))
+                .map_err(|e| format!("{e:#}"))?;
+            let tracer = tracers::attach(cfg, t, work.pid(), &run_dir)?;
+            let watch = Watch::start(tracer.as_ref().map(tracers::Attached::pid));
+            work.release().map_err(|e| format!("{e:#}"))?;
+            let (throughput, work_cpu_s) = finish_workload(work, cfg.secs, true)?;
+            let contention = watch.finish(work_cpu_s);
+            // With the target gone, stallscope ends by itself; the others are interrupted.
+            let cost = tracer.map(|a| tracers::detach(a, Duration::from_secs(3)));
+            Ok(Sample {
+                throughput,
+                cost,
+                contention,
+            })
+        }
+        Workload::W1u => {
+            let idle = Proc::spawn(
+                Command::new(&cfg.stallwork)
+                    .args(["sleep", "--secs", &(cfg.secs + 120).to_string()])
+                    .stdin(Stdio::null()),
+            )
+            .map_err(|e| format!("{e:#}"))?;
+            let tracer = tracers::attach(cfg, t, idle.pid(), &run_dir)?;
+            let watch = Watch::start(tracer.as_ref().map(tracers::Attached::pid));
+            let work = Proc::spawn(
+                Command::new(&cfg.stallwork)
+                    .args(&work_args)
+                    .stdin(Stdio::null()),
+            )
+            .map_err(|e| format!("{e:#}"))?;
+            let (throughput, work_cpu_s) = finish_workload(work, cfg.secs, false)?;
+            let contention = watch.finish(work_cpu_s);
+            let cost = tracer.map(|a| tracers::detach(a, Duration::ZERO));
+            drop(idle);
+            Ok(Sample {
+                throughput,
+                cost,
+                contention,
+            })
+        }
+    };
+    // Recordings of a fast workload are large; keep the disk clean between runs.
+    let _ = std::fs::remove_dir_all(&run_dir);
+    result
+}
+
+/// Waits for the workload's `ready pid=` line and its closing totals; returns count/secs
+/// and the workload's CPU seconds.
+fn finish_workload(work: Proc, secs: u64, gated: bool) -> Result<(f64, f64), String> {
+    let pid = work.pid();
+    let ready = work.wait_line(Duration::from_secs(15), |l| l.starts_with("ready pid="));
+    let Some(ready) = ready else {
+        let (exit, _, err) = work.stop(Duration::ZERO, Duration::from_secs(2));
+        return Err(format!(
+            "workload never printed `ready pid=` ({}): {}",
+            exit.map_or("still running".into(), |e| e.describe()),
+            tail(&err)
+        ));
+    };
+    if gated && ready.trim_start_matches("ready pid=").trim() != pid.to_string() {
+        eprintln!("bench: warning: workload says `{ready}` but was started as PID {pid}");
+    }
+    let totals = work.wait_line(Duration::from_secs(secs + 30), |l| {
+        l.starts_with("rounds=") || l.starts_with("ops=")
+    });
+    let (exit, _, err) = work.stop(Duration::from_secs(5), Duration::from_secs(2));
+    let totals = totals.ok_or_else(|| format!("workload printed no totals: {}", tail(&err)))?;
+    let exit = exit.ok_or_else(|| format!("workload did not exit: {}", tail(&err)))?;
+    if !exit.success() {
+        return Err(format!(
+            "workload ended with {}: {}",
+            exit.describe(),
+            tail(&err)
+        ));
+    }
+    let throughput =
+        parse_totals(&totals).ok_or_else(|| format!("cannot parse workload totals `{totals}`"))?;
+    Ok((throughput, exit.cpu_s))
+}
+
+/// `rounds=<count> secs=<f64>` or `ops=<count> secs=<f64>`, as count per second.
+pub fn parse_totals(line: &str) -> Option<f64> {
+    let mut count = None;
+    let mut secs = None;
+    for kv in line.split_whitespace() {
+        match kv.split_once('=')? {
+            ("rounds" | "ops", v) => count = v.parse::<f64>().ok(),
+            ("secs", v) => secs = v.parse::<f64>().ok(),
+            _ => {}
+        }
+    }
+    let (count, secs) = (count?, secs?);
+    (secs > 0.0).then(|| count / secs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn totals_lines_parse_to_a_rate() {
+        assert_eq!(parse_totals("rounds=1000 secs=2.000000"), Some(500.0));
+        assert_eq!(parse_totals("ops=30 secs=3.0"), Some(10.0));
+        assert_eq!(parse_totals("ops=30 secs=0"), None);
+        assert_eq!(parse_totals("rounds=12"), None);
+        assert_eq!(parse_totals("ready pid=7"), None);
+    }
+}
