@@ -88,6 +88,7 @@ pub struct Analyzer {
     timeline: TimelineBuilder,
     gpus: BTreeMap<u32, GpuAcc>,
     timed: TimedEvents,
+    cpus: u32,
 }
 
 #[derive(Debug, Default)]
@@ -264,6 +265,7 @@ impl Analyzer {
                     self.end = Some((ts_ns, reason));
                 }
             }
+            Record::Host { cpus } => self.cpus = cpus,
             Record::Gpu(info) => {
                 let index = info.index;
                 self.gpus.entry(index).or_default().info = info;
@@ -354,6 +356,7 @@ impl Analyzer {
             timeline: self.timeline.finish(start_ns, end_ns),
             gpus,
             timed,
+            cpus: self.cpus,
             attribution: None,
         };
         analysis.attribution = crate::attribution::attribute(&analysis);

@@ -132,26 +132,6 @@ fn sanitize(frame: &str) -> String {
         .collect()
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sanitizes_separators() {
-        assert_eq!(sanitize("f<[u8; 8]>"), "f<[u8: 8]>");
-        assert_eq!(sanitize("a\nb"), "a b");
-        assert_eq!(sanitize(""), "[empty]");
-    }
-
-    #[test]
-    fn empty_input_is_an_error_not_an_svg() {
-        let mut out = Vec::new();
-        let err = flamegraph_svg(&[], "t", "samples", &mut out).unwrap_err();
-        assert_eq!(err.kind(), io::ErrorKind::InvalidData);
-        assert!(out.is_empty());
-    }
-}
-
 /// The stacks behind one cause's GPU idle time: samples of the threads that cause is about
 /// (workers for `dataloader_cpu`, the feeder for `host_compute`, every thread otherwise), taken
 /// inside the windows labelled with it. `disk` uses off-CPU IO stacks weighted in
@@ -189,6 +169,30 @@ pub fn cause_folded(a: &Analysis, cause: Cause) -> (Vec<String>, &'static str) {
             }
         }
     }
-    let unit = if cause == Cause::Disk { "us" } else { "samples" };
+    let unit = if cause == Cause::Disk {
+        "us"
+    } else {
+        "samples"
+    };
     (into_lines(folded), unit)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sanitizes_separators() {
+        assert_eq!(sanitize("f<[u8; 8]>"), "f<[u8: 8]>");
+        assert_eq!(sanitize("a\nb"), "a b");
+        assert_eq!(sanitize(""), "[empty]");
+    }
+
+    #[test]
+    fn empty_input_is_an_error_not_an_svg() {
+        let mut out = Vec::new();
+        let err = flamegraph_svg(&[], "t", "samples", &mut out).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData);
+        assert!(out.is_empty());
+    }
 }

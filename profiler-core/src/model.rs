@@ -47,6 +47,8 @@ pub struct Analysis {
     pub gpus: BTreeMap<u32, GpuTimeline>,
     /// Samples and IOs with their times, in time order: the evidence attribution draws on.
     pub timed: TimedEvents,
+    /// CPUs on the recording host; 0 when the recording does not say.
+    pub cpus: u32,
     /// Why each GPU idled; `None` without GPU samples.
     pub attribution: Option<Attribution>,
 }

@@ -164,6 +164,10 @@ pub enum Record {
         sm_pct: u32,
         mem_pct: u32,
     },
+    /// The host the recording was made on: the CPUs the traced tree could use.
+    Host {
+        cpus: u32,
+    },
 }
 
 /// A GPU as NVML describes it.

@@ -45,7 +45,11 @@ pub fn json_gpus(a: &Analysis) -> Vec<JsonGpu<'_>> {
                 observed_ns: g.observed_ns,
                 busy_ns: g.busy_ns,
                 idle_ns: g.idle_ns,
-                idle_by_cause: g.idle_by_cause.iter().map(|(c, ns)| (c.name(), *ns)).collect(),
+                idle_by_cause: g
+                    .idle_by_cause
+                    .iter()
+                    .map(|(c, ns)| (c.name(), *ns))
+                    .collect(),
                 samples: a.gpus.get(&g.gpu).map_or(0, |t| t.samples.len()),
                 pcie_max_gen: info.map_or(0, |i| i.pcie_max_gen),
                 pcie_max_width: info.map_or(0, |i| i.pcie_max_width),
@@ -96,7 +100,8 @@ pub fn write_text<W: Write>(a: &Analysis, w: &mut W) -> io::Result<()> {
             pct(g.idle_ns, g.observed_ns),
             units::seconds(g.observed_ns)
         )?;
-        let mut causes: Vec<(&Cause, &u64)> = g.idle_by_cause.iter().filter(|(_, ns)| **ns > 0).collect();
+        let mut causes: Vec<(&Cause, &u64)> =
+            g.idle_by_cause.iter().filter(|(_, ns)| **ns > 0).collect();
         causes.sort_by(|x, y| y.1.cmp(x.1));
         for (cause, ns) in causes {
             writeln!(
@@ -148,8 +153,20 @@ fn write_stalls<W: Write>(a: &Analysis, attr: &Attribution, gpu: u32, w: &mut W)
             )?;
         }
         for st in s.evidence.stacks.iter().take(2) {
-            let leaf: Vec<&str> = st.frames.iter().rev().take(TEXT_FRAMES).map(String::as_str).collect();
-            writeln!(w, "      stack ({} {}): {}", st.weight, st.unit, leaf.join(" <- "))?;
+            let leaf: Vec<&str> = st
+                .frames
+                .iter()
+                .rev()
+                .take(TEXT_FRAMES)
+                .map(String::as_str)
+                .collect();
+            writeln!(
+                w,
+                "      stack ({} {}): {}",
+                st.weight,
+                st.unit,
+                leaf.join(" <- ")
+            )?;
         }
         if let Some(io) = &s.evidence.block_io {
             writeln!(
@@ -157,7 +174,8 @@ fn write_stalls<W: Write>(a: &Analysis, attr: &Attribution, gpu: u32, w: &mut W)
                 "      block IO: {} requests, {} read, p99 {} ms",
                 io.requests,
                 units::bytes(io.read_bytes),
-                io.p99_ns.map_or("-".into(), |ns| format!("{:.1}", ns as f64 / 1e6))
+                io.p99_ns
+                    .map_or("-".into(), |ns| format!("{:.1}", ns as f64 / 1e6))
             )?;
         }
     }

@@ -232,7 +232,10 @@ mod tests {
         let cur = counters(7, 80, 0, 0, 0);
         let d = counter_delta(Some(&prev), &cur);
         assert_eq!((d.on_cpu_ns, d.runqueue_ns), (30, 0));
-        assert_eq!(d.on_cpu_ns + d.runqueue_ns, cur.lifetime_ns() - prev.lifetime_ns());
+        assert_eq!(
+            d.on_cpu_ns + d.runqueue_ns,
+            cur.lifetime_ns() - prev.lifetime_ns()
+        );
     }
 
     #[test]

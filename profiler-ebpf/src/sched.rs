@@ -82,7 +82,13 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
 /// at most since the last switch seen on this CPU, so the time before that stays in its
 /// recorded state and only the rest counts as on-CPU.
 #[inline(always)]
-fn switch_out(ctx: &BtfTracePointContext, st: &mut ThreadStats, tid: u32, now: u64, cpu_last_switch_ns: u64) {
+fn switch_out(
+    ctx: &BtfTracePointContext,
+    st: &mut ThreadStats,
+    tid: u32,
+    now: u64,
+    cpu_last_switch_ns: u64,
+) {
     if st.state != state::ON_CPU {
         if cpu_last_switch_ns > st.since_ns && cpu_last_switch_ns < now {
             credit(st, cpu_last_switch_ns);

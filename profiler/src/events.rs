@@ -51,6 +51,9 @@ struct PendingOffCpu {
 pub struct Decoder {
     namer: Namer,
     stacks: Stacks,
+    /// Raw stacks already named, keyed by pid followed by the user and kernel addresses:
+    /// a repeated stack (the common case) costs a hash lookup, not a symbolization.
+    raw: HashMap<Vec<u64>, u32>,
     pending: HashMap<u32, PendingOffCpu>,
     /// Records received per kind, for `received + dropped == attempted`.
     pub received: [u64; kind::COUNT as usize],
@@ -61,11 +64,22 @@ pub struct Decoder {
 
 impl Decoder {
     fn stack(&mut self, pid: u32, stack: &profiler_common::Stack, out: &mut Vec<Record>) -> u32 {
+        let user = crate::symbolize::frames(&stack.user, stack.user_len);
+        let kernel = crate::symbolize::frames(&stack.kernel, stack.kernel_len);
+        let mut key = Vec::with_capacity(2 + user.len() + kernel.len());
+        key.push(u64::from(pid));
+        key.push(user.len() as u64);
+        key.extend_from_slice(user);
+        key.extend_from_slice(kernel);
+        if let Some(&id) = self.raw.get(&key) {
+            return id;
+        }
         let frames = self.namer.name_stack(pid, stack);
         let (id, new) = self.stacks.intern(frames);
         if let Some(frames) = new {
             out.push(Record::Stack { id, frames });
         }
+        self.raw.insert(key, id);
         id
     }
 
@@ -135,6 +149,7 @@ impl Decoder {
             kind::THREAD_NEW | kind::EXEC => read::<ThreadNew>(bytes).map(|_| {
                 if h.kind == kind::EXEC {
                     self.namer.forget(h.pid);
+                    self.raw.retain(|k, _| k[0] != u64::from(h.pid));
                 }
                 let comm = target::comm(h.tid).unwrap_or_default();
                 out.push(Record::Thread {

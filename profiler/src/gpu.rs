@@ -104,11 +104,20 @@ struct Watched {
     period_known: bool,
 }
 
-fn run(lib: PathBuf, pids: Arc<Mutex<BTreeSet<u32>>>, start_ns: u64, tx: Sender<Record>, stop: Arc<AtomicBool>) {
+fn run(
+    lib: PathBuf,
+    pids: Arc<Mutex<BTreeSet<u32>>>,
+    start_ns: u64,
+    tx: Sender<Record>,
+    stop: Arc<AtomicBool>,
+) {
     let nvml = match Nvml::builder().lib_path(lib.as_os_str()).init() {
         Ok(n) => n,
         Err(e) => {
-            let reason = format!("NVML could not be loaded from {} ({e}); host-side report only", lib.display());
+            let reason = format!(
+                "NVML could not be loaded from {} ({e}); host-side report only",
+                lib.display()
+            );
             eprintln!("stallscope: note: {reason}");
             let _ = tx.send(Record::Unavailable {
                 signal: "gpu".into(),
@@ -191,7 +200,9 @@ fn describe(d: &Device<'_>, index: u32, driver: &str) -> GpuInfo {
 fn refresh_users(nvml: &Nvml, watched: &mut [Watched], traced: &BTreeSet<u32>) -> bool {
     let mut changed = false;
     for w in watched {
-        let Ok(d) = nvml.device_by_index(w.index) else { continue };
+        let Ok(d) = nvml.device_by_index(w.index) else {
+            continue;
+        };
         let mut users: Vec<u32> = d
             .running_compute_processes()
             .unwrap_or_default()

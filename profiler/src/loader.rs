@@ -157,3 +157,18 @@ pub fn attach(
     }
     Ok(unavailable)
 }
+
+/// Detaches and unloads every program; the maps stay readable.
+pub fn detach_all(ebpf: &mut Ebpf) {
+    for (name, prog) in ebpf.programs_mut() {
+        let result = match prog {
+            aya::programs::Program::BtfTracePoint(p) => p.unload(),
+            aya::programs::Program::TracePoint(p) => p.unload(),
+            aya::programs::Program::PerfEvent(p) => p.unload(),
+            _ => Ok(()),
+        };
+        if let Err(e) = result {
+            log::debug!("unloading {name}: {e}");
+        }
+    }
+}

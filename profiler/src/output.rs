@@ -60,8 +60,18 @@ fn write_flamegraphs(
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut written = Vec::new();
     let mut sets = vec![
-        ("oncpu".to_string(), "On-CPU", folded::on_cpu_folded(analysis), "samples"),
-        ("offcpu".to_string(), "Off-CPU", folded::off_cpu_folded(analysis), "us"),
+        (
+            "oncpu".to_string(),
+            "On-CPU",
+            folded::on_cpu_folded(analysis),
+            "samples",
+        ),
+        (
+            "offcpu".to_string(),
+            "Off-CPU",
+            folded::off_cpu_folded(analysis),
+            "us",
+        ),
     ];
     for cause in Cause::ALL {
         let (lines, unit) = folded::cause_folded(analysis, cause);

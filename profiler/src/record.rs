@@ -9,7 +9,9 @@ use profiler_core::{
     record::{EndReason, Meta, Record},
 };
 
-use crate::{cli::RecordArgs, gpu, launch, loader, offsets, output, owner, privileges, session, target};
+use crate::{
+    cli::RecordArgs, gpu, launch, loader, offsets, output, owner, privileges, session, target,
+};
 
 fn default_output(args: &RecordArgs, root: u32) -> PathBuf {
     let secs = std::time::SystemTime::now()
@@ -117,6 +119,9 @@ pub fn run(args: RecordArgs) -> anyhow::Result<i32> {
         tick_ns: args.tick.as_nanos() as u64,
         stallscope_version: env!("CARGO_PKG_VERSION").to_string(),
     }))?;
+    // SAFETY: sysconf has no preconditions.
+    let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as u32;
+    writer.write(&Record::Host { cpus })?;
     for (signal, reason) in &unavailable {
         writer.write(&Record::Unavailable {
             signal: signal.clone(),

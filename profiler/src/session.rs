@@ -183,6 +183,10 @@ impl Session {
                 _ = &mut deadline, if duration.is_some() => break EndReason::Duration,
             }
         };
+        // Detach first, so that every event the kernel counted as attempted has reached the
+        // ring buffer before the final drain: the loss accounting then closes exactly.
+        crate::loader::detach_all(&mut self.ebpf);
+        std::thread::sleep(Duration::from_millis(20));
         self.drain(ring.get_mut())?;
         self.finish(reason)?;
         Ok(reason)

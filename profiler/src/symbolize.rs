@@ -46,7 +46,7 @@ impl Default for Namer {
 }
 
 /// The addresses of a `bpf_get_stack` buffer, leaf first. `len` is the helper's byte count.
-fn frames(buf: &[u64], len: i32) -> &[u64] {
+pub fn frames(buf: &[u64], len: i32) -> &[u64] {
     let n = (len.max(0) as usize / 8).min(buf.len());
     &buf[..n]
 }

@@ -73,7 +73,12 @@ pub fn build() -> anyhow::Result<()> {
         "profiler",
         "-p",
         "stallscope-tests",
-        "--bins",
+        "-p",
+        "stallgen",
+        "-p",
+        "simgpu-cuda",
+        "-p",
+        "simgpu-nvml",
     ]))
 }
 

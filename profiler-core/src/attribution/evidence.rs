@@ -60,12 +60,12 @@ fn role_name(r: Role) -> &'static str {
 
 /// Whether a thread's samples speak for `cause`.
 pub fn relevant(roles: &Roles, cause: Cause, tid: u32) -> bool {
-    match (cause, roles.role(tid)) {
-        (Cause::DataloaderCpu, Role::Worker) => true,
-        (Cause::HostCompute, Role::Feeder) => true,
-        (Cause::Disk | Cause::CpuContention | Cause::Unknown, _) => true,
-        _ => false,
-    }
+    matches!(
+        (cause, roles.role(tid)),
+        (Cause::DataloaderCpu, Role::Worker)
+            | (Cause::HostCompute, Role::Feeder)
+            | (Cause::Disk | Cause::CpuContention | Cause::Unknown, _)
+    )
 }
 
 fn metric(cause: Cause, t: &ThreadEvidence) -> u64 {
@@ -79,9 +79,15 @@ fn metric(cause: Cause, t: &ThreadEvidence) -> u64 {
 
 pub fn gather(a: &Analysis, roles: &Roles, cause: Cause, start: u64, end: u64) -> Evidence {
     let mut per_thread: BTreeMap<u32, ThreadEvidence> = BTreeMap::new();
-    for slice in a.timeline.iter().filter(|s| s.end_ns > start && s.start_ns < end) {
+    for slice in a
+        .timeline
+        .iter()
+        .filter(|s| s.end_ns > start && s.start_ns < end)
+    {
         let len = slice.end_ns.saturating_sub(slice.start_ns).max(1);
-        let overlap = end.min(slice.end_ns).saturating_sub(start.max(slice.start_ns));
+        let overlap = end
+            .min(slice.end_ns)
+            .saturating_sub(start.max(slice.start_ns));
         let part = |ns: u64| (ns as u128 * overlap as u128 / len as u128) as u64;
         for d in &slice.threads {
             let t = per_thread.entry(d.tid).or_insert_with(|| {
@@ -104,7 +110,11 @@ pub fn gather(a: &Analysis, roles: &Roles, cause: Cause, start: u64, end: u64) -
         .into_values()
         .filter(|t| relevant(roles, cause, t.tid) && metric(cause, t) > 0)
         .collect();
-    threads.sort_by(|x, y| metric(cause, y).cmp(&metric(cause, x)).then(x.tid.cmp(&y.tid)));
+    threads.sort_by(|x, y| {
+        metric(cause, y)
+            .cmp(&metric(cause, x))
+            .then(x.tid.cmp(&y.tid))
+    });
     threads.truncate(TOP_THREADS);
 
     let mut weights: BTreeMap<u32, u64> = BTreeMap::new();

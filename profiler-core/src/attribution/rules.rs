@@ -2,11 +2,15 @@
 //!
 //! With `u` the GPU's busy fraction and the feeder's and workers' state fractions from the
 //! window:
-//! - `host_compute = feeder_on_cpu − u`: a CUDA sync spins on-CPU while the GPU works, so the
-//!   feeder's on-CPU time first covers the busy part; only the rest is its own work.
-//! - `cpu_contention = feeder_runqueue + feeder_blocked × workers_runqueue_share`
+//! - `host_compute = feeder_on_cpu − u`: a CUDA sync spins while the GPU works (on-CPU, or
+//!   queued after a `sched_yield`), so the feeder's on-CPU time, then its run-queue time,
+//!   first covers the busy part; only the rest is its own work or real contention.
+//! - `cpu_contention = feeder_runqueue_beyond_busy + feeder_blocked × workers_runqueue_share`
 //! - `disk = feeder_io_wait + feeder_blocked × workers_io_wait_share`
 //! - `dataloader_cpu = feeder_blocked × workers_on_cpu_share`
+//!
+//! Workers that wait for a CPU more than they run are starved, whoever takes the CPUs (another
+//! job, or too many workers for the host): that is contention, not a slow pipeline.
 //!
 //! where a worker share is that state's part of the workers' *active* time (on-CPU, queued
 //! or in IO): what the workers were doing while the feeder waited for them. The highest
@@ -41,10 +45,11 @@ pub fn label_window(host: &HostWindow, busy: f64) -> Label {
     } else {
         (0.0, 0.0, 0.0)
     };
+    let spin_left = (busy - f.on_cpu).max(0.0);
     let scores = [
         f.blocked * w_on,
         f.io_wait + f.blocked * w_io,
-        f.runqueue + f.blocked * w_rq,
+        (f.runqueue - spin_left).max(0.0) + f.blocked * w_rq,
         (f.on_cpu - busy).max(0.0),
     ];
     let causes = [
@@ -53,10 +58,11 @@ pub fn label_window(host: &HostWindow, busy: f64) -> Label {
         Cause::CpuContention,
         Cause::HostCompute,
     ];
-    let (best, score) = scores
-        .iter()
-        .enumerate()
-        .fold((0, f64::MIN), |acc, (i, &s)| if s > acc.1 { (i, s) } else { acc });
+    let (best, score) =
+        scores.iter().enumerate().fold(
+            (0, f64::MIN),
+            |acc, (i, &s)| if s > acc.1 { (i, s) } else { acc },
+        );
     if host.feeder.total() <= 0.0 {
         return Label {
             cause: Cause::Unknown,
@@ -72,7 +78,11 @@ pub fn label_window(host: &HostWindow, busy: f64) -> Label {
             f.io_wait * 100.0,
             f.runqueue * 100.0,
             idle * 100.0,
-            if w_on + w_rq + w_io == 0.0 { "idle" } else { "busy too little to explain it" }
+            if w_on + w_rq + w_io == 0.0 {
+                "idle"
+            } else {
+                "busy too little to explain it"
+            }
         );
         return Label {
             cause: Cause::Unknown,
@@ -105,7 +115,7 @@ mod tests {
         HostWindow {
             feeder,
             workers,
-            other: States::default(),
+            ..HostWindow::default()
         }
     }
 
@@ -127,6 +137,14 @@ mod tests {
     fn runnable_but_not_running_is_contention() {
         let h = host(st(30.0, 50.0, 0.0, 20.0), st(60.0, 120.0, 0.0, 20.0));
         assert_eq!(label_window(&h, 0.3).cause, Cause::CpuContention);
+    }
+
+    #[test]
+    fn a_sync_that_yields_while_the_gpu_works_is_not_contention() {
+        // Half busy: the feeder spun and yielded (queued) for that half, then waited for a
+        // batch while the workers computed.
+        let h = host(st(2.0, 50.0, 0.0, 48.0), st(190.0, 6.0, 0.0, 4.0));
+        assert_eq!(label_window(&h, 0.5).cause, Cause::DataloaderCpu);
     }
 
     #[test]

@@ -60,7 +60,13 @@ impl TimelineIndex {
         }
     }
 
-    pub fn window(&self, timeline: &[TickSlice], roles: &Roles, start: u64, end: u64) -> HostWindow {
+    pub fn window(
+        &self,
+        timeline: &[TickSlice],
+        roles: &Roles,
+        start: u64,
+        end: u64,
+    ) -> HostWindow {
         let mut w = HostWindow::default();
         let first = self.ends.partition_point(|&e| e <= start);
         for slice in timeline.get(first..).unwrap_or(&[]) {
@@ -71,7 +77,9 @@ impl TimelineIndex {
             if len == 0 {
                 continue;
             }
-            let overlap = end.min(slice.end_ns).saturating_sub(start.max(slice.start_ns));
+            let overlap = end
+                .min(slice.end_ns)
+                .saturating_sub(start.max(slice.start_ns));
             let weight = overlap as f64 / len as f64;
             for d in &slice.threads {
                 let group = match roles.role(d.tid) {

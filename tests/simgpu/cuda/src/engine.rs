@@ -1,0 +1,272 @@
+//! The device: queued operations and the two engine threads (compute, copy) that run them with
+//! real timing.
+//!
+//! Each operation carries the operations it must wait for (its stream predecessors, see
+//! `tables`). Every dependency was submitted earlier, and each engine runs its queue in
+//! submission order, so an engine waiting on a dependency can never wait on itself: no deadlock.
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Duration;
+
+use simgpu_state::clock::monotonic_ns;
+use simgpu_state::{Direction, SharedDevice};
+
+use crate::staging::StagingPool;
+use crate::wait::device_wait_until;
+
+/// A kernel's duration is clamped to this: a launch whose first parameter is a pointer rather
+/// than a duration would otherwise occupy the device for hours.
+pub const MAX_KERNEL_NS: u64 = 60_000_000_000;
+/// Device-to-device copy rate (HBM read plus write), bytes per second.
+const DEVICE_COPY_BYTES_PER_S: f64 = 1.5e12;
+
+/// Where a copy reads from.
+pub enum Source {
+    /// Memory the caller keeps alive until the copy completes (pinned host or device backing).
+    Addr(usize),
+    /// Pageable host data the calling thread already staged (a pool buffer, maybe longer).
+    Staged(Box<[u8]>),
+}
+
+/// What a copy moves between.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CopyKind {
+    HostToDevice,
+    DeviceToHost,
+    DeviceToDevice,
+    HostToHost,
+}
+
+/// The work of one operation.
+pub enum Work {
+    Kernel {
+        duration_ns: u64,
+    },
+    Copy {
+        kind: CopyKind,
+        source: Source,
+        /// Destination address (device backing or host memory), valid for `bytes`.
+        dest: usize,
+        bytes: usize,
+    },
+}
+
+impl Work {
+    fn engine(&self) -> EngineKind {
+        match self {
+            Work::Kernel { .. } => EngineKind::Compute,
+            Work::Copy { .. } => EngineKind::Copy,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum EngineKind {
+    Compute,
+    Copy,
+}
+
+/// One queued operation.
+pub struct Op {
+    work: Mutex<Option<Work>>,
+    /// Cleared once satisfied, so a long stream does not keep its whole history alive.
+    deps: Mutex<Vec<Arc<Op>>>,
+    /// CLOCK_MONOTONIC ns at completion; 0 while pending.
+    done_ns: AtomicU64,
+}
+
+impl Op {
+    /// Whether the device has finished this operation.
+    pub fn is_done(&self) -> bool {
+        self.done_ns.load(Ordering::Acquire) != 0
+    }
+
+    /// When it finished (CLOCK_MONOTONIC ns), once it has.
+    pub fn done_ns(&self) -> Option<u64> {
+        match self.done_ns.load(Ordering::Acquire) {
+            0 => None,
+            ns => Some(ns),
+        }
+    }
+
+    fn finish(&self) {
+        self.done_ns.store(monotonic_ns().max(1), Ordering::Release);
+    }
+}
+
+/// Locks `m`, ignoring poisoning: a panic elsewhere must not wedge the device.
+pub fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+struct Queue {
+    ops: Mutex<VecDeque<Arc<Op>>>,
+    more: Condvar,
+}
+
+impl Queue {
+    const fn new() -> Self {
+        Queue {
+            ops: Mutex::new(VecDeque::new()),
+            more: Condvar::new(),
+        }
+    }
+
+    fn pop(&self) -> Arc<Op> {
+        let mut ops = locked(&self.ops);
+        loop {
+            if let Some(op) = ops.pop_front() {
+                return op;
+            }
+            ops = self.more.wait(ops).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+}
+
+/// The compute and copy engines of this process's view of the device.
+pub struct Engines {
+    compute: Queue,
+    copy: Queue,
+    /// Signalled on every completion, for an engine waiting on the other engine's work.
+    completed: (Mutex<()>, Condvar),
+    staging: StagingPool,
+}
+
+impl Engines {
+    pub const fn new() -> Self {
+        Engines {
+            compute: Queue::new(),
+            copy: Queue::new(),
+            completed: (Mutex::new(()), Condvar::new()),
+            staging: StagingPool::new(),
+        }
+    }
+
+    /// Staging buffers for pageable copies; the copy engine returns the ones it consumed.
+    pub fn staging(&self) -> &StagingPool {
+        &self.staging
+    }
+
+    /// Starts the engine threads. They run for the life of the process, recording what they do
+    /// in `device` under `pid`. Named so that tests and profilers can tell them from the
+    /// workload's own threads.
+    pub fn start(&'static self, device: &'static SharedDevice, pid: u32) -> std::io::Result<()> {
+        for (kind, name) in [
+            (EngineKind::Compute, "simgpu-compute"),
+            (EngineKind::Copy, "simgpu-copy"),
+        ] {
+            std::thread::Builder::new()
+                .name(name.into())
+                .spawn(move || self.run(kind, device, pid))?;
+        }
+        Ok(())
+    }
+
+    /// Queues `work` after `deps`; returns the operation to wait on.
+    pub fn submit(&self, work: Work, deps: Vec<Arc<Op>>) -> Arc<Op> {
+        let queue = match work.engine() {
+            EngineKind::Compute => &self.compute,
+            EngineKind::Copy => &self.copy,
+        };
+        let op = Arc::new(Op {
+            work: Mutex::new(Some(work)),
+            deps: Mutex::new(deps),
+            done_ns: AtomicU64::new(0),
+        });
+        locked(&queue.ops).push_back(op.clone());
+        queue.more.notify_one();
+        op
+    }
+
+    fn run(&self, kind: EngineKind, device: &SharedDevice, pid: u32) {
+        let queue = match kind {
+            EngineKind::Compute => &self.compute,
+            EngineKind::Copy => &self.copy,
+        };
+        loop {
+            let op = queue.pop();
+            self.wait_for_deps(&op);
+            let work = locked(&op.work).take();
+            // A panic here would kill the engine and hang every later sync; execute() has no
+            // panicking paths, but make sure the op completes regardless.
+            if let Some(work) = work {
+                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    if let Some(staged) = execute(work, device, pid) {
+                        self.staging.give(staged);
+                    }
+                }));
+            }
+            op.finish();
+            let _g = locked(&self.completed.0);
+            self.completed.1.notify_all();
+        }
+    }
+
+    fn wait_for_deps(&self, op: &Op) {
+        let deps = std::mem::take(&mut *locked(&op.deps));
+        for dep in deps {
+            let mut guard = locked(&self.completed.0);
+            while !dep.is_done() {
+                // The timeout covers a completion signalled between the check and the wait.
+                guard = self
+                    .completed
+                    .1
+                    .wait_timeout(guard, Duration::from_millis(1))
+                    .map_or_else(|e| e.into_inner().0, |r| r.0);
+            }
+        }
+    }
+}
+
+/// Runs one operation on the calling engine thread; hands back a staging buffer it consumed.
+fn execute(work: Work, device: &SharedDevice, pid: u32) -> Option<Box<[u8]>> {
+    match work {
+        Work::Kernel { duration_ns } => {
+            let start = monotonic_ns();
+            device.kernel_begin(pid, start);
+            device_wait_until(start + duration_ns.min(MAX_KERNEL_NS));
+            device.kernel_end(pid, monotonic_ns());
+            None
+        }
+        Work::Copy {
+            kind,
+            source,
+            dest,
+            bytes,
+        } => {
+            let start = monotonic_ns();
+            let src = match &source {
+                Source::Addr(addr) => *addr as *const u8,
+                Source::Staged(data) => data.as_ptr(),
+            };
+            // SAFETY: the submitter checked that `dest` and the source span `bytes` bytes of
+            // mapped memory, and keeps them alive until this op completes (the CUDA contract:
+            // buffers of an async copy stay valid until it finishes; frees synchronize first).
+            // ptr::copy, not copy_nonoverlapping: a device-to-device copy may overlap.
+            unsafe { std::ptr::copy(src, dest as *mut u8, bytes) };
+            let duration_ns = match kind {
+                CopyKind::HostToDevice | CopyKind::DeviceToHost => {
+                    device.pcie_link().copy_ns(bytes as u64)
+                }
+                CopyKind::DeviceToDevice => {
+                    (bytes as f64 * 1e9 / DEVICE_COPY_BYTES_PER_S).round() as u64
+                }
+                CopyKind::HostToHost => 0,
+            };
+            device_wait_until(start + duration_ns);
+            let direction = match kind {
+                CopyKind::HostToDevice => Some(Direction::HostToDevice),
+                CopyKind::DeviceToHost => Some(Direction::DeviceToHost),
+                _ => None,
+            };
+            if let Some(direction) = direction {
+                device.copy_done(direction, bytes as u64, start, monotonic_ns());
+            }
+            match source {
+                Source::Staged(buffer) => Some(buffer),
+                Source::Addr(_) => None,
+            }
+        }
+    }
+}

@@ -1,0 +1,276 @@
+//! Handle tables (contexts, streams, events, modules, functions) and stream ordering.
+//!
+//! Handles are opaque non-null values that look like the pointers the real driver returns; they
+//! are never dereferenced, so a stale or forged handle is an error, not a crash.
+//!
+//! Stream ordering follows the legacy default stream: work on the NULL stream waits for all
+//! earlier work in the context's blocking streams, and work on a blocking stream waits for
+//! earlier NULL-stream work. `CU_STREAM_NON_BLOCKING` streams only wait for themselves.
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::engine::Op;
+use crate::memory::Memory;
+use crate::ptx::Image;
+use crate::result::{CUDA_ERROR_INVALID_CONTEXT, CUDA_ERROR_INVALID_HANDLE, CuResult};
+
+/// First handle value, then every 16 bytes, like heap pointers.
+const HANDLE_BASE: u64 = 0x5eed_0000_0000;
+/// Stream handles that mean the default stream: NULL, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD.
+/// The per-thread default stream is treated as the legacy one.
+const DEFAULT_STREAM_HANDLES: [u64; 3] = [0, 1, 2];
+
+pub struct Context {
+    /// The device's primary context (cuDevicePrimaryCtxRetain) rather than a created one.
+    pub primary: bool,
+    /// Tail of the NULL stream.
+    pub default_tail: Option<Arc<Op>>,
+}
+
+pub struct StreamInfo {
+    pub ctx: u64,
+    pub nonblocking: bool,
+    pub tail: Option<Arc<Op>>,
+}
+
+/// Where a recorded event sits: after `after`, reached no earlier than `recorded_ns`.
+pub struct Recorded {
+    pub after: Vec<Arc<Op>>,
+    pub recorded_ns: u64,
+}
+
+pub struct EventInfo {
+    pub timing: bool,
+    pub recorded: Option<Recorded>,
+}
+
+pub struct ModuleInfo {
+    pub ctx: u64,
+    pub image: Image,
+}
+
+pub struct FunctionInfo {
+    pub module: u64,
+    pub name: String,
+    /// Whether a launch may read `kernelParams[0]` (false only for PTX kernels without params).
+    pub has_params: bool,
+}
+
+/// A resolved stream argument.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamKey {
+    /// The NULL stream of a context.
+    Default(u64),
+    Created(u64),
+}
+
+#[derive(Default)]
+pub struct Tables {
+    next_handle: u64,
+    pub contexts: HashMap<u64, Context>,
+    pub streams: HashMap<u64, StreamInfo>,
+    pub events: HashMap<u64, EventInfo>,
+    pub modules: HashMap<u64, ModuleInfo>,
+    pub functions: HashMap<u64, FunctionInfo>,
+    /// The primary context and how many retains it has.
+    pub primary: Option<(u64, u32)>,
+    pub memory: Memory,
+}
+
+impl Tables {
+    /// A fresh handle value.
+    pub fn new_handle(&mut self) -> u64 {
+        self.next_handle += 1;
+        HANDLE_BASE + self.next_handle * 16
+    }
+
+    /// Checks that `ctx` is a live context.
+    pub fn context(&self, ctx: u64) -> CuResult<&Context> {
+        self.contexts.get(&ctx).ok_or(CUDA_ERROR_INVALID_CONTEXT)
+    }
+
+    /// Resolves a stream argument; `current` is the calling thread's context (0 if none).
+    pub fn stream(&self, handle: u64, current: u64) -> CuResult<StreamKey> {
+        if DEFAULT_STREAM_HANDLES.contains(&handle) {
+            self.context(current)?;
+            return Ok(StreamKey::Default(current));
+        }
+        if self.streams.contains_key(&handle) {
+            Ok(StreamKey::Created(handle))
+        } else {
+            Err(CUDA_ERROR_INVALID_HANDLE)
+        }
+    }
+
+    /// The last operation queued on `key`: once it is done, all earlier work of the stream is.
+    pub fn tail(&self, key: StreamKey) -> Option<&Arc<Op>> {
+        match key {
+            StreamKey::Default(ctx) => self.contexts.get(&ctx)?.default_tail.as_ref(),
+            StreamKey::Created(h) => self.streams.get(&h)?.tail.as_ref(),
+        }
+    }
+
+    /// Pending work that new work on `key` must wait for.
+    pub fn pending_before(&self, key: StreamKey) -> Vec<Arc<Op>> {
+        let mut deps: Vec<Arc<Op>> = self.tail(key).into_iter().cloned().collect();
+        match key {
+            StreamKey::Default(ctx) => deps.extend(
+                self.streams
+                    .values()
+                    .filter(|s| s.ctx == ctx && !s.nonblocking)
+                    .filter_map(|s| s.tail.clone()),
+            ),
+            StreamKey::Created(h) => {
+                if let Some(s) = self.streams.get(&h).filter(|s| !s.nonblocking) {
+                    deps.extend(self.tail(StreamKey::Default(s.ctx)).cloned());
+                }
+            }
+        }
+        deps.retain(|op| !op.is_done());
+        deps
+    }
+
+    /// Makes `op` the last operation of `key`.
+    pub fn set_tail(&mut self, key: StreamKey, op: Arc<Op>) {
+        match key {
+            StreamKey::Default(ctx) => {
+                if let Some(c) = self.contexts.get_mut(&ctx) {
+                    c.default_tail = Some(op);
+                }
+            }
+            StreamKey::Created(h) => {
+                if let Some(s) = self.streams.get_mut(&h) {
+                    s.tail = Some(op);
+                }
+            }
+        }
+    }
+
+    /// All pending work of context `ctx` (cuCtxSynchronize).
+    pub fn pending_in_ctx(&self, ctx: u64) -> Vec<Arc<Op>> {
+        let mut ops: Vec<Arc<Op>> = self
+            .tail(StreamKey::Default(ctx))
+            .into_iter()
+            .cloned()
+            .collect();
+        ops.extend(
+            self.streams
+                .values()
+                .filter(|s| s.ctx == ctx)
+                .filter_map(|s| s.tail.clone()),
+        );
+        ops.retain(|op| !op.is_done());
+        ops
+    }
+
+    /// All pending work of the process (frees of host memory wait for it).
+    pub fn pending_anywhere(&self) -> Vec<Arc<Op>> {
+        self.contexts
+            .keys()
+            .flat_map(|ctx| self.pending_in_ctx(*ctx))
+            .collect()
+    }
+
+    /// Removes context `ctx` and everything created in it; returns its device allocations as
+    /// (backing, reservation, length) for the caller to unmap.
+    pub fn remove_context(&mut self, ctx: u64) -> Vec<(usize, u64, usize)> {
+        self.contexts.remove(&ctx);
+        self.streams.retain(|_, s| s.ctx != ctx);
+        let modules: Vec<u64> = self
+            .modules
+            .iter()
+            .filter(|(_, m)| m.ctx == ctx)
+            .map(|(h, _)| *h)
+            .collect();
+        for module in modules {
+            self.remove_module(module);
+        }
+        let allocs: Vec<u64> = self
+            .memory
+            .device
+            .iter()
+            .filter(|(_, a)| a.ctx == ctx)
+            .map(|(base, _)| *base)
+            .collect();
+        allocs
+            .into_iter()
+            .filter_map(|base| {
+                let a = self.memory.device.remove(&base)?;
+                Some((a.backing, base, a.len))
+            })
+            .collect()
+    }
+
+    /// Removes a module and its functions.
+    pub fn remove_module(&mut self, module: u64) -> bool {
+        self.functions.retain(|_, f| f.module != module);
+        self.modules.remove(&module).is_some()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::{Engines, Work};
+
+    fn tables_with_ctx() -> (Tables, u64) {
+        let mut t = Tables::default();
+        let ctx = t.new_handle();
+        t.contexts.insert(
+            ctx,
+            Context {
+                primary: false,
+                default_tail: None,
+            },
+        );
+        (t, ctx)
+    }
+
+    fn add_stream(t: &mut Tables, ctx: u64, nonblocking: bool) -> u64 {
+        let h = t.new_handle();
+        t.streams.insert(
+            h,
+            StreamInfo {
+                ctx,
+                nonblocking,
+                tail: None,
+            },
+        );
+        h
+    }
+
+    #[test]
+    fn default_stream_handles_need_a_current_context() {
+        let (t, ctx) = tables_with_ctx();
+        assert_eq!(t.stream(0, ctx), Ok(StreamKey::Default(ctx)));
+        assert_eq!(t.stream(2, ctx), Ok(StreamKey::Default(ctx)));
+        assert_eq!(t.stream(0, 0), Err(CUDA_ERROR_INVALID_CONTEXT));
+        assert_eq!(t.stream(0x1234, ctx), Err(CUDA_ERROR_INVALID_HANDLE));
+    }
+
+    #[test]
+    fn legacy_stream_ordering() {
+        // Ops are never run here (no engine threads), so all stay pending.
+        static ENGINES: Engines = Engines::new();
+        let op = || ENGINES.submit(Work::Kernel { duration_ns: 0 }, Vec::new());
+        let (mut t, ctx) = tables_with_ctx();
+        let blocking = add_stream(&mut t, ctx, false);
+        let nonblocking = add_stream(&mut t, ctx, true);
+        let (a, b) = (op(), op());
+        t.set_tail(StreamKey::Created(blocking), a.clone());
+        t.set_tail(StreamKey::Created(nonblocking), b.clone());
+        let on_default = t.pending_before(StreamKey::Default(ctx));
+        assert_eq!(on_default.len(), 1);
+        assert!(Arc::ptr_eq(&on_default[0], &a));
+        let c = op();
+        t.set_tail(StreamKey::Default(ctx), c.clone());
+        let on_blocking = t.pending_before(StreamKey::Created(blocking));
+        assert_eq!(on_blocking.len(), 2);
+        let on_nonblocking = t.pending_before(StreamKey::Created(nonblocking));
+        assert_eq!(on_nonblocking.len(), 1);
+        assert!(Arc::ptr_eq(&on_nonblocking[0], &b));
+        assert_eq!(t.pending_in_ctx(ctx).len(), 3);
+        t.remove_context(ctx);
+        assert!(t.streams.is_empty());
+    }
+}

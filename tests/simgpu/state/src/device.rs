@@ -1,0 +1,46 @@
+//! The simulated device's fixed identity and ratings, shared by the CUDA and NVML libraries.
+//!
+//! The numbers follow an H100 SXM closely enough that code which prints or sanity-checks them
+//! sees plausible values; nothing depends on them matching a real board.
+
+/// Device name as NVML and cuDeviceGetName report it.
+pub const NAME: &str = "stallscope simulated GPU";
+/// NVML UUID (`GPU-` plus a canonical UUID); "5eed" marks it as simulated.
+pub const UUID: &str = "GPU-5eed5eed-0000-4000-8000-5eed00000001";
+/// Driver version string (NVML). Below 580.82 so nvml-wrapper keeps its v12 field-id scheme.
+pub const DRIVER_VERSION: &str = "570.86.15";
+/// CUDA driver API version that driver ships (cuDriverGetVersion): 12.8.
+pub const CUDA_DRIVER_VERSION: i32 = 12080;
+
+/// Device memory: 80 GiB.
+pub const MEMORY_TOTAL_BYTES: u64 = 80 << 30;
+
+/// PCI location and ids (NVIDIA vendor id 0x10de, H100 SXM device id 0x2330).
+pub const PCI_DOMAIN: u32 = 0;
+pub const PCI_BUS: u32 = 0x1b;
+pub const PCI_DEVICE: u32 = 0;
+pub const PCI_BUS_ID: &str = "00000000:1B:00.0";
+pub const PCI_BUS_ID_LEGACY: &str = "0000:1B:00.0";
+pub const PCI_DEVICE_ID: u32 = 0x2330_10de;
+pub const PCI_SUBSYSTEM_ID: u32 = 0x16c1_10de;
+
+/// Link the board is rated for, and what it trains to unless told otherwise.
+pub const PCIE_MAX_GEN: u32 = 5;
+pub const PCIE_MAX_WIDTH: u32 = 16;
+
+/// Clocks in MHz: SM/graphics run at boost while a kernel ran in the last sample period, and drop
+/// to the idle clock otherwise, which is what a real board does and what a profiler may show.
+pub const SM_CLOCK_BUSY_MHZ: u32 = 1980;
+pub const SM_CLOCK_IDLE_MHZ: u32 = 345;
+pub const MEM_CLOCK_MHZ: u32 = 2619;
+pub const VIDEO_CLOCK_MHZ: u32 = 1755;
+
+/// Power and temperature are linear in the GPU utilization of the last sample period.
+pub const POWER_IDLE_MW: u32 = 100_000;
+pub const POWER_BUSY_MW: u32 = 700_000;
+pub const TEMP_IDLE_C: u32 = 35;
+pub const TEMP_BUSY_C: u32 = 70;
+
+/// Streaming multiprocessors and compute capability (cuDeviceGetAttribute).
+pub const SM_COUNT: i32 = 132;
+pub const COMPUTE_CAPABILITY: (i32, i32) = (9, 0);

@@ -1,0 +1,112 @@
+//! The state file's `#[repr(C)]` layout. Every field is an atomic so that several processes may
+//! map it at once; multi-field updates happen under the spin lock in [`StateFile::lock_word`].
+//!
+//! All timestamps are CLOCK_MONOTONIC nanoseconds (the device clock). Time is cut into buckets of
+//! [`BUCKET_NS`]; [`BUCKETS_PER_PERIOD`] buckets make one NVML sample period, so sample values are
+//! exact sums of whole buckets, and [`PCIE_WINDOW_BUCKETS`] buckets make NVML's 20 ms PCIe
+//! window. A zeroed file is a valid, empty state: the creator fills the config fields and then
+//! sets `init` to [`INIT_READY`].
+//!
+//! | part      | size                      | holds                                          |
+//! |-----------|---------------------------|------------------------------------------------|
+//! | header    | 96 bytes                  | magic, init flag, lock, PCIe link, clock offsets, union-busy tracker, totals |
+//! | buckets   | `BUCKET_RING` × 32 bytes  | per-bucket busy ns (union over processes), PCIe tx/rx bytes |
+//! | processes | `MAX_PROCS` × 2,088 bytes | pid, live contexts, memory used, busy ns, running kernel, per-period busy ring |
+use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64};
+
+/// "SIMGPU" plus the layout version in the low byte: bump it whenever this file changes.
+pub const MAGIC: u64 = 0x5349_4d47_5055_0000 | 1;
+
+/// Width of one accounting bucket: 3.33334 ms. 50 of them are 166.667 ms (NVML's 1/6 s sample
+/// period on data-center boards) and 6 of them are 20.00004 ms (NVML's PCIe counter window).
+pub const BUCKET_NS: u64 = 3_333_340;
+pub const BUCKETS_PER_PERIOD: u64 = 50;
+/// One NVML utilization sample period: 166,667 µs.
+pub const PERIOD_NS: u64 = BUCKET_NS * BUCKETS_PER_PERIOD;
+/// Buckets in NVML's PCIe throughput window (20 ms).
+pub const PCIE_WINDOW_BUCKETS: u64 = 6;
+/// Bucket ring length: 60 s of history.
+pub const BUCKET_RING: usize = 18_000;
+/// Process slots: at most this many processes may hold a context at once.
+pub const MAX_PROCS: usize = 64;
+/// Per-process ring of per-period busy time: 128 periods, about 21 s.
+pub const PROC_PERIODS: usize = 128;
+
+/// `init` values: never touched, being filled by its creator, ready.
+pub const INIT_EMPTY: u32 = 0;
+pub const INIT_BUSY: u32 = 1;
+pub const INIT_READY: u32 = 2;
+
+/// One accounting bucket. `tag` is the absolute bucket number plus one (0 = never used), so a
+/// slot left over from an earlier lap of the ring reads as empty.
+#[repr(C)]
+pub struct Bucket {
+    pub tag: AtomicU64,
+    /// Nanoseconds in this bucket during which at least one kernel ran (any process).
+    pub busy_ns: AtomicU64,
+    /// Copy bytes device to host (NVML "TX", seen from the GPU).
+    pub tx_bytes: AtomicU64,
+    /// Copy bytes host to device (NVML "RX").
+    pub rx_bytes: AtomicU64,
+}
+
+/// Busy time of one process in one sample period; `tag` is the period number plus one.
+#[repr(C)]
+pub struct PeriodBusy {
+    pub tag: AtomicU64,
+    pub busy_ns: AtomicU64,
+}
+
+/// One process holding at least one context. `pid == 0` marks a free slot.
+#[repr(C)]
+pub struct ProcSlot {
+    pub pid: AtomicU32,
+    /// Live contexts of this process (created plus retained primary contexts).
+    pub contexts: AtomicU32,
+    pub mem_used_bytes: AtomicU64,
+    /// Total kernel time of this process since it registered.
+    pub busy_total_ns: AtomicU64,
+    /// Start of the kernel running now, 0 when none.
+    pub kernel_start_ns: AtomicU64,
+    pub periods: [PeriodBusy; PROC_PERIODS],
+}
+
+/// The whole file.
+#[repr(C)]
+pub struct StateFile {
+    pub magic: AtomicU64,
+    pub init: AtomicU32,
+    /// Spin lock word: pid of the holder, 0 when free.
+    pub lock_word: AtomicU32,
+    pub pcie_gen: AtomicU32,
+    pub pcie_width: AtomicU32,
+    pub pcie_max_gen: AtomicU32,
+    pub pcie_max_width: AtomicU32,
+    pub mem_total_bytes: AtomicU64,
+    /// CLOCK_REALTIME minus CLOCK_MONOTONIC at creation: fixed so that every process converts a
+    /// period end to the same NVML timestamp (a cursor must match exactly).
+    pub realtime_offset_ns: AtomicI64,
+    /// CLOCK_BOOTTIME minus CLOCK_MONOTONIC at creation.
+    pub boottime_offset_ns: AtomicI64,
+    /// Kernels running now, over all processes; the device is busy while this is non-zero.
+    pub active_kernels: AtomicU32,
+    pub _pad0: AtomicU32,
+    /// When `active_kernels` last went from 0 to 1.
+    pub union_start_ns: AtomicU64,
+    /// Total busy time (union over processes) of closed busy intervals.
+    pub busy_total_ns: AtomicU64,
+    pub tx_total_bytes: AtomicU64,
+    pub rx_total_bytes: AtomicU64,
+    pub buckets: [Bucket; BUCKET_RING],
+    pub procs: [ProcSlot; MAX_PROCS],
+}
+
+/// Size of the state file in bytes.
+pub const STATE_FILE_BYTES: usize = std::mem::size_of::<StateFile>();
+
+const _: () = assert!(std::mem::size_of::<Bucket>() == 32);
+const _: () = assert!(std::mem::size_of::<ProcSlot>() == 32 + PROC_PERIODS * 16);
+const _: () = assert!(
+    STATE_FILE_BYTES == 96 + BUCKET_RING * 32 + MAX_PROCS * (32 + PROC_PERIODS * 16),
+    "the header has implicit padding: fix the field order"
+);

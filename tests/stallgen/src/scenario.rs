@@ -1,0 +1,325 @@
+//! Scenario presets, the knobs they set, and the schedule of phases over a run.
+use clap::ValueEnum;
+
+/// A bottleneck to inject. Each is a preset of [`Knobs`]; `phases` chains several.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Scenario {
+    /// GPU-bound: the data loader keeps well ahead of long kernels.
+    Healthy,
+    /// The workers' CPU transform is slower than the GPU step.
+    DataloaderCpu,
+    /// The workers read each sample from a cold page cache.
+    Disk,
+    /// A CPU hog in another process takes the job's CPUs.
+    CpuContention,
+    /// The main thread does its own CPU work (logging, metrics) between steps.
+    HostCompute,
+    /// The cause changes mid-run (see `--phases`).
+    Phases,
+}
+
+impl Scenario {
+    /// The name on the command line and in the ground-truth file.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Healthy => "healthy",
+            Self::DataloaderCpu => "dataloader-cpu",
+            Self::Disk => "disk",
+            Self::CpuContention => "cpu-contention",
+            Self::HostCompute => "host-compute",
+            Self::Phases => "phases",
+        }
+    }
+
+    /// The cause label stallscope is expected to report for this scenario.
+    pub fn cause(self) -> &'static str {
+        match self {
+            Self::Healthy => "none",
+            Self::DataloaderCpu => "dataloader_cpu",
+            Self::Disk => "disk",
+            Self::CpuContention => "cpu_contention",
+            Self::HostCompute => "host_compute",
+            Self::Phases => "mixed",
+        }
+    }
+
+    /// The preset. `cpus` is the number of CPUs the job may use (it sizes the hog).
+    ///
+    /// Every scenario trains the same model, 4 kernels × 25 ms per step, so steps/s compares
+    /// directly and `healthy` is the fastest. The causes are sized so that each dominates the
+    /// GPU's idle time on 2 CPUs, where the feeder's sync spins (yielding now and then, as the
+    /// driver's default schedule does) beside two workers, and on a 16-core host, where each
+    /// worker has a CPU of its own.
+    pub fn knobs(self, cpus: usize) -> Knobs {
+        let base = Knobs {
+            transform_ms: 1.0,
+            kernel_ms: 25.0,
+            kernels: 4,
+            host_ms: 0.0,
+            hog_threads: 0,
+            disk_ms: 0.0,
+        };
+        match self {
+            // ~2 ms of worker CPU per batch (transform and collate) against 100 ms of GPU. The
+            // pageable copy of the 8 MiB batch (a CPU memcpy, then DMA) is the only idle time.
+            Self::Healthy | Self::Phases => base,
+            // 400 ms of CPU per batch: a batch every ~200 ms with two free CPUs for a 100 ms
+            // step.
+            Self::DataloaderCpu => Knobs {
+                transform_ms: 400.0,
+                ..base
+            },
+            // 400 ms of cold reads per batch per worker: a batch every ~200 ms.
+            Self::Disk => Knobs {
+                disk_ms: 400.0,
+                ..base
+            },
+            // Without the hog the workers keep up (~126 ms of CPU per batch per worker: a
+            // batch every ~63 ms for a 100 ms step); two hog threads per CPU leave each job
+            // thread a third of a CPU, so a batch takes ~190 ms and the feeder waits for the
+            // CPU too.
+            Self::CpuContention => Knobs {
+                transform_ms: 125.0,
+                hog_threads: 2 * cpus as u32,
+                ..base
+            },
+            // 150 ms of main-thread CPU after each 100 ms step.
+            Self::HostCompute => Knobs {
+                host_ms: 150.0,
+                ..base
+            },
+        }
+    }
+}
+
+/// The default order of `--scenario phases`.
+pub const DEFAULT_PHASES: [Scenario; 4] = [
+    Scenario::Healthy,
+    Scenario::DataloaderCpu,
+    Scenario::HostCompute,
+    Scenario::Disk,
+];
+
+/// What one phase does per batch and per step. Times are milliseconds.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Knobs {
+    /// CPU time (not wall time) each worker burns per batch, so contention stretches it.
+    pub transform_ms: f64,
+    /// Duration of each kernel on the GPU.
+    pub kernel_ms: f64,
+    /// Kernels launched per step.
+    pub kernels: u32,
+    /// CPU time the main thread burns after each step (logging, metrics).
+    pub host_ms: f64,
+    /// Spinning threads in the `cpu_hog` process.
+    pub hog_threads: u32,
+    /// Wall time each worker spends reading cold samples per batch (0: no reads).
+    pub disk_ms: f64,
+}
+
+/// Command-line values that replace a preset's, in every phase.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Overrides {
+    pub transform_ms: Option<f64>,
+    pub kernel_ms: Option<f64>,
+    pub kernels: Option<u32>,
+    pub host_ms: Option<f64>,
+    pub hog_threads: Option<u32>,
+    pub disk_ms: Option<f64>,
+}
+
+impl Knobs {
+    pub fn with(self, o: &Overrides) -> Self {
+        Self {
+            transform_ms: o.transform_ms.unwrap_or(self.transform_ms),
+            kernel_ms: o.kernel_ms.unwrap_or(self.kernel_ms),
+            kernels: o.kernels.unwrap_or(self.kernels),
+            host_ms: o.host_ms.unwrap_or(self.host_ms),
+            hog_threads: o.hog_threads.unwrap_or(self.hog_threads),
+            disk_ms: o.disk_ms.unwrap_or(self.disk_ms),
+        }
+    }
+
+    /// Duration of one kernel, in nanoseconds: the spin kernel's parameter.
+    pub fn kernel_ns(&self) -> u64 {
+        (self.kernel_ms * 1e6) as u64
+    }
+}
+
+/// One phase of a run: its scenario and resolved knobs.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Phase {
+    pub scenario: Scenario,
+    pub knobs: Knobs,
+}
+
+/// The phases of a run, each an equal share of `total_ns`, starting at a `t0` that is only
+/// known once the job is ready.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Schedule {
+    pub phases: Vec<Phase>,
+    pub total_ns: u64,
+}
+
+impl Schedule {
+    /// Resolves a scenario (and, for `phases`, its sequence) into phases with knobs.
+    pub fn new(
+        scenario: Scenario,
+        sequence: &[Scenario],
+        secs: f64,
+        cpus: usize,
+        o: &Overrides,
+    ) -> Self {
+        let list: Vec<Scenario> = match scenario {
+            Scenario::Phases if sequence.is_empty() => DEFAULT_PHASES.to_vec(),
+            Scenario::Phases => sequence.to_vec(),
+            s => vec![s],
+        };
+        let phases = list
+            .into_iter()
+            .map(|s| Phase {
+                scenario: s,
+                knobs: s.knobs(cpus).with(o),
+            })
+            .collect();
+        Self {
+            phases,
+            total_ns: (secs * 1e9) as u64,
+        }
+    }
+
+    /// The phase in force `elapsed_ns` after t0; the last one stays in force past the end.
+    pub fn index_at(&self, elapsed_ns: u64) -> usize {
+        let n = self.phases.len() as u64;
+        if self.total_ns == 0 {
+            return 0;
+        }
+        let i = u128::from(elapsed_ns) * u128::from(n) / u128::from(self.total_ns);
+        (i as usize).min(self.phases.len() - 1)
+    }
+
+    /// The nominal [start, end) of phase `i` relative to t0, in nanoseconds.
+    pub fn bounds_ns(&self, i: usize) -> (u64, u64) {
+        let n = self.phases.len() as u128;
+        let t = u128::from(self.total_ns);
+        let at = |k: usize| (t * k as u128 / n) as u64;
+        (at(i), at(i + 1))
+    }
+
+    /// Whether any phase reads from disk, so the data set must exist before the workers fork.
+    pub fn uses_disk(&self) -> bool {
+        self.phases.iter().any(|p| p.knobs.disk_ms > 0.0)
+    }
+
+    /// The most hog threads any phase wants.
+    pub fn max_hog_threads(&self) -> u32 {
+        self.phases
+            .iter()
+            .map(|p| p.knobs.hog_threads)
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn presets_inject_what_they_say() {
+        let h = Scenario::Healthy.knobs(2);
+        // Healthy: far more GPU time per step than worker CPU per batch.
+        assert!(h.kernel_ns() * u64::from(h.kernels) >= 100_000_000 && h.transform_ms <= 2.0);
+        let d = Scenario::DataloaderCpu.knobs(2);
+        assert!(d.transform_ms / 2.0 > 1.5 * d.kernel_ms * f64::from(d.kernels));
+        // Same model everywhere, so steps/s compares.
+        for s in [
+            Scenario::DataloaderCpu,
+            Scenario::Disk,
+            Scenario::CpuContention,
+        ] {
+            assert_eq!(
+                s.knobs(2).kernel_ns() * 4,
+                h.kernel_ns() * u64::from(h.kernels)
+            );
+        }
+        assert!(Scenario::Disk.knobs(2).disk_ms > 0.0);
+        assert_eq!(Scenario::CpuContention.knobs(2).hog_threads, 4);
+        assert_eq!(Scenario::CpuContention.knobs(16).hog_threads, 32);
+        assert!(Scenario::HostCompute.knobs(2).host_ms > 0.0);
+        for s in [
+            Scenario::Healthy,
+            Scenario::DataloaderCpu,
+            Scenario::HostCompute,
+        ] {
+            assert_eq!(s.knobs(8).hog_threads, 0, "{s:?}");
+            assert_eq!(s.knobs(8).disk_ms, 0.0, "{s:?}");
+        }
+    }
+
+    #[test]
+    fn causes_are_the_expected_labels() {
+        let labels: Vec<_> = [
+            Scenario::Healthy,
+            Scenario::DataloaderCpu,
+            Scenario::Disk,
+            Scenario::CpuContention,
+            Scenario::HostCompute,
+        ]
+        .map(Scenario::cause)
+        .into();
+        assert_eq!(
+            labels,
+            [
+                "none",
+                "dataloader_cpu",
+                "disk",
+                "cpu_contention",
+                "host_compute"
+            ]
+        );
+    }
+
+    #[test]
+    fn overrides_apply_to_every_phase() {
+        let o = Overrides {
+            kernel_ms: Some(3.0),
+            ..Overrides::default()
+        };
+        let s = Schedule::new(Scenario::Phases, &[], 8.0, 2, &o);
+        assert_eq!(s.phases.len(), 4);
+        assert!(s.phases.iter().all(|p| p.knobs.kernel_ms == 3.0));
+        assert_eq!(s.phases[1].knobs.transform_ms, 400.0);
+        assert!(s.uses_disk());
+        assert_eq!(s.max_hog_threads(), 0);
+    }
+
+    #[test]
+    fn single_scenario_is_one_phase() {
+        let s = Schedule::new(Scenario::CpuContention, &[], 5.0, 4, &Overrides::default());
+        assert_eq!(s.phases.len(), 1);
+        assert_eq!(s.max_hog_threads(), 8);
+        assert!(!s.uses_disk());
+        assert_eq!(s.index_at(0), 0);
+        assert_eq!(s.index_at(u64::MAX), 0);
+        assert_eq!(s.bounds_ns(0), (0, 5_000_000_000));
+    }
+
+    #[test]
+    fn phase_schedule_splits_time_evenly() {
+        let seq = [Scenario::Healthy, Scenario::Disk, Scenario::HostCompute];
+        let s = Schedule::new(Scenario::Phases, &seq, 3.0, 2, &Overrides::default());
+        assert_eq!(s.index_at(0), 0);
+        assert_eq!(s.index_at(999_999_999), 0);
+        assert_eq!(s.index_at(1_000_000_000), 1);
+        assert_eq!(s.index_at(2_500_000_000), 2);
+        assert_eq!(
+            s.index_at(9_000_000_000),
+            2,
+            "the last phase outlasts the run"
+        );
+        assert_eq!(s.bounds_ns(1), (1_000_000_000, 2_000_000_000));
+        assert_eq!(s.bounds_ns(2).1, s.total_ns);
+        assert_eq!(s.phases[1].scenario, Scenario::Disk);
+    }
+}

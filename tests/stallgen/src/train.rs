@@ -1,0 +1,130 @@
+//! The training loop on the main thread (the feeder): take a batch, copy it to the GPU,
+//! launch the step's kernels, `loss.item()`, then whatever host work the phase asks for.
+use anyhow::Result;
+
+use crate::{
+    cuda::Gpu,
+    feed::Feed,
+    loader::Shared,
+    scenario::{Knobs, Schedule},
+    sys,
+    truth::Truth,
+    work,
+};
+
+/// What the benchmark line reports, and where the feeder's time went (a diagnostic for
+/// stderr: wall time, CLOCK_MONOTONIC ns, summed over steps).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Summary {
+    pub steps: u64,
+    pub secs: f64,
+    pub wait_ns: u64,
+    pub copy_ns: u64,
+    pub launch_ns: u64,
+    pub sync_ns: u64,
+    pub host_ns: u64,
+}
+
+impl Summary {
+    /// One line: the share of the run the feeder spent in each part of the step.
+    pub fn breakdown(&self) -> String {
+        let total = (self.secs * 1e9).max(1.0);
+        let pct = |ns: u64| 100.0 * ns as f64 / total;
+        format!(
+            "feeder: wait_batch={:.1}% copy={:.1}% launch={:.1}% sync={:.1}% host={:.1}%",
+            pct(self.wait_ns),
+            pct(self.copy_ns),
+            pct(self.launch_ns),
+            pct(self.sync_ns),
+            pct(self.host_ns)
+        )
+    }
+
+    pub fn steps_per_sec(&self) -> f64 {
+        if self.secs > 0.0 {
+            self.steps as f64 / self.secs
+        } else {
+            0.0
+        }
+    }
+}
+
+/// One training step; adds its parts' durations to `sum`.
+pub fn step(
+    gpu: &Gpu,
+    feed: &mut Feed,
+    knobs: &Knobs,
+    batch_bytes: usize,
+    sum: &mut Summary,
+) -> Result<()> {
+    let t0 = sys::monotonic_ns();
+    let (held, src) = feed.next()?;
+    let t1 = sys::monotonic_ns();
+    // SAFETY: `src` holds batch_bytes until `feed.copied` (pageable) or `feed.synced`
+    // (pinned), and the sync below comes before `synced`.
+    unsafe { gpu.copy_in(src, batch_bytes)? };
+    feed.copied(&held)?;
+    let t2 = sys::monotonic_ns();
+    for _ in 0..knobs.kernels {
+        gpu.launch_spin(knobs.kernel_ns())?;
+    }
+    let t3 = sys::monotonic_ns();
+    gpu.sync_item()?;
+    feed.synced(held)?;
+    let t4 = sys::monotonic_ns();
+    log_metrics(knobs.host_ms);
+    let t5 = sys::monotonic_ns();
+    sum.wait_ns += t1 - t0;
+    sum.copy_ns += t2 - t1;
+    sum.launch_ns += t3 - t2;
+    sum.sync_ns += t4 - t3;
+    sum.host_ns += t5 - t4;
+    sum.steps += 1;
+    Ok(())
+}
+
+/// The host-side work between steps of the `host-compute` scenario: in a real job, logging,
+/// metrics and checkpoint bookkeeping on the main thread while the GPU has nothing queued.
+#[inline(never)]
+fn log_metrics(ms: f64) {
+    work::burn_cpu_ms(ms);
+}
+
+/// Runs steps from now until the schedule ends, recording each phase in `truth` as it ends.
+pub fn train(
+    gpu: &Gpu,
+    feed: &mut Feed,
+    shared: &Shared,
+    schedule: &Schedule,
+    truth: &mut Truth,
+) -> Result<Summary> {
+    let t0 = sys::monotonic_ns();
+    shared.set_t0(t0);
+    let end = t0 + schedule.total_ns;
+    let mut recorded = 0;
+    let mut sum = Summary::default();
+    loop {
+        let now = sys::monotonic_ns();
+        if now >= end {
+            break;
+        }
+        let phase = schedule.index_at(now - t0);
+        while recorded < phase {
+            let (s, e) = schedule.bounds_ns(recorded);
+            let scenario = schedule.phases[recorded].scenario;
+            truth.record(recorded, scenario, t0 + s, t0 + e)?;
+            recorded += 1;
+        }
+        let knobs = &schedule.phases[phase].knobs;
+        step(gpu, feed, knobs, shared.batch_bytes, &mut sum)?;
+    }
+    let stop = sys::monotonic_ns();
+    let last = schedule.phases.len() - 1;
+    for i in recorded..=last {
+        let (s, e) = schedule.bounds_ns(i);
+        let e = if i == last { stop } else { t0 + e };
+        truth.record(i, schedule.phases[i].scenario, t0 + s, e)?;
+    }
+    sum.secs = (stop - t0) as f64 / 1e9;
+    Ok(sum)
+}

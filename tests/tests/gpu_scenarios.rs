@@ -1,0 +1,279 @@
+//! stallgen's scenarios on the simulated GPU, recorded by stallscope attached by PID: the
+//! injected cause must get at least 90% of the GPU's idle time, a healthy job no verdict,
+//! and a job whose cause changes must see its per-second label follow within a second.
+#[allow(
+    dead_code,
+    reason = "each test binary uses its own part of the shared helpers"
+)]
+mod common;
+
+use std::{path::PathBuf, process::Command, time::Duration};
+
+use common::{
+    Scratch, serial,
+    spawned::Spawned,
+    stallscope::{RECORD_TIMEOUT, assert_success, bin, command, parse_report},
+};
+use serde_json::Value;
+
+const NS: f64 = 1e9;
+
+/// Where the release binaries and the simulator's libraries are: next to stallscope.
+fn release_dir() -> PathBuf {
+    bin()
+        .parent()
+        .expect("the stallscope binary has a directory")
+        .to_path_buf()
+}
+
+struct Sim {
+    _dir: Scratch,
+    libs: PathBuf,
+    state: PathBuf,
+}
+
+impl Sim {
+    fn new(name: &str) -> Self {
+        let dir = Scratch::new(&format!("sim-{name}"));
+        let libs = dir.join("lib");
+        simgpu_state::install_dir(&release_dir(), &libs).unwrap_or_else(|e| {
+            panic!("the simulated GPU is not built ({e}): run `cargo xtask build` or `cargo xtask test`")
+        });
+        let state = PathBuf::from(format!(
+            "/dev/shm/stallscope-test-{name}-{}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_file(&state);
+        Self {
+            _dir: dir,
+            libs,
+            state,
+        }
+    }
+}
+
+impl Drop for Sim {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.state);
+    }
+}
+
+struct Run {
+    report: Value,
+    truth: Vec<Value>,
+}
+
+/// Runs `stallgen --scenario NAME` for `job_secs`, attaches stallscope for `record_secs`.
+fn run(scenario: &str, job_secs: u32, record_secs: u32) -> Run {
+    let sim = Sim::new(scenario);
+    let dir = Scratch::new(scenario);
+    let truth_path = dir.join("truth.jsonl");
+    let stallgen = release_dir().join("stallgen");
+    assert!(
+        stallgen.is_file(),
+        "{} is not built: run `cargo xtask build`",
+        stallgen.display()
+    );
+    let job = Spawned::start(
+        Command::new(&stallgen)
+            .env("LD_LIBRARY_PATH", &sim.libs)
+            .env("STALLSCOPE_SIMGPU_STATE", &sim.state)
+            .args([
+                "--scenario",
+                scenario,
+                "--secs",
+                &job_secs.to_string(),
+                "--truth",
+            ])
+            .arg(&truth_path),
+    );
+    let ready = job
+        .wait_stdout(Duration::from_secs(60), |l| l.starts_with("ready pid="))
+        .unwrap_or_else(|| {
+            panic!(
+                "stallgen never became ready; stderr:\n{}",
+                job.stderr_so_far()
+            )
+        });
+    let pid: u32 = ready["ready pid=".len()..]
+        .split_whitespace()
+        .next()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("bad ready line: {ready}"));
+    let f = Spawned::start(
+        command()
+            .env("STALLSCOPE_SIMGPU_STATE", &sim.state)
+            .args(["record", "--json", "-d", &format!("{record_secs}s"), "-o"])
+            .arg(dir.join("x.rec"))
+            .args(["--pid", &pid.to_string(), "--nvml-lib"])
+            .arg(sim.libs.join("libnvidia-ml.so.1")),
+    )
+    .finish(RECORD_TIMEOUT + Duration::from_secs(u64::from(record_secs)));
+    assert_success(&f, &format!("record of stallgen --scenario {scenario}"));
+    let _ = job.finish(Duration::from_secs(u64::from(job_secs) + 30));
+    let truth = std::fs::read_to_string(&truth_path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    Run {
+        report: parse_report(&f.stdout),
+        truth,
+    }
+}
+
+fn gpu(report: &Value) -> &Value {
+    let gpus = report["gpus"]
+        .as_array()
+        .expect("the report has a gpus list");
+    assert_eq!(gpus.len(), 1, "one simulated GPU: {gpus:?}");
+    &gpus[0]
+}
+
+fn idle_share(g: &Value, cause: &str) -> f64 {
+    let idle = g["idle_ns"].as_u64().unwrap().max(1) as f64;
+    g["idle_by_cause"][cause].as_u64().unwrap_or(0) as f64 / idle
+}
+
+fn assert_labelled(scenario: &str, cause: &str) {
+    let _serial = serial();
+    let r = run(scenario, 10, 6);
+    let g = gpu(&r.report);
+    let idle = g["idle_ns"].as_u64().unwrap() as f64 / g["observed_ns"].as_u64().unwrap() as f64;
+    assert!(
+        idle > 0.2,
+        "{scenario} should leave the GPU idle a good part of the time: {g}"
+    );
+    let share = idle_share(g, cause);
+    assert!(
+        share >= 0.9,
+        "{scenario}: {:.1}% of the idle time is labelled {cause}, want at least 90%: {}",
+        share * 100.0,
+        g["idle_by_cause"]
+    );
+    assert_eq!(
+        r.report["verdict"]["cause"], cause,
+        "verdict: {}",
+        r.report["verdict"]
+    );
+    let stall = &r.report["stalls"][0];
+    assert_eq!(stall["cause"], cause, "the longest stall: {stall}");
+    assert!(
+        !stall["evidence"]["threads"].as_array().unwrap().is_empty(),
+        "a stall carries the threads behind it: {stall}"
+    );
+}
+
+#[test]
+fn dataloader_cpu_is_labelled() {
+    assert_labelled("dataloader-cpu", "dataloader_cpu");
+}
+
+#[test]
+fn disk_is_labelled() {
+    assert_labelled("disk", "disk");
+}
+
+#[test]
+fn cpu_contention_is_labelled() {
+    assert_labelled("cpu-contention", "cpu_contention");
+}
+
+#[test]
+fn host_compute_is_labelled() {
+    assert_labelled("host-compute", "host_compute");
+}
+
+#[test]
+fn healthy_job_idles_little_and_gets_no_verdict() {
+    let _serial = serial();
+    let r = run("healthy", 10, 6);
+    let g = gpu(&r.report);
+    let idle = g["idle_ns"].as_u64().unwrap() as f64 / g["observed_ns"].as_u64().unwrap() as f64;
+    assert!(idle < 0.10, "healthy idled {:.1}%: {g}", idle * 100.0);
+    assert!(
+        r.report["verdict"]["cause"].is_null(),
+        "verdict: {}",
+        r.report["verdict"]
+    );
+}
+
+#[test]
+fn per_second_labels_follow_the_phases() {
+    let _serial = serial();
+    let r = run("phases", 24, 21);
+    assert!(
+        r.truth.len() >= 3,
+        "stallgen wrote its phases: {:?}",
+        r.truth
+    );
+    let g = gpu(&r.report);
+    let seconds = g["seconds"].as_array().unwrap();
+    let recorded_until =
+        r.report["start_ns"].as_u64().unwrap() + r.report["duration_ns"].as_u64().unwrap();
+    let mut checked = 0;
+    for s in seconds {
+        let start = s["start_ns"].as_u64().unwrap();
+        let end = start + NS as u64;
+        if end > recorded_until {
+            continue;
+        }
+        // Seconds within one second of a phase change may lag it; the rest must match.
+        let Some(phase) = r.truth.iter().find(|p| {
+            let (ps, pe) = (
+                p["start_ns"].as_u64().unwrap(),
+                p["end_ns"].as_u64().unwrap(),
+            );
+            ps + NS as u64 <= start && end + NS as u64 <= pe
+        }) else {
+            continue;
+        };
+        let want = phase["cause"].as_str().unwrap();
+        let got = s["cause"].as_str().unwrap_or("none");
+        assert_eq!(
+            got, want,
+            "second starting at {start}: phases {:?}, seconds {seconds:?}",
+            r.truth
+        );
+        checked += 1;
+    }
+    assert!(
+        checked >= 8,
+        "only {checked} seconds lay well inside a phase: {seconds:?}"
+    );
+}
+
+#[test]
+fn without_nvml_the_host_report_still_comes() {
+    let _serial = serial();
+    let dir = Scratch::new("no-nvml");
+    let w = common::workload::Workload::start(&["sleep", "--secs", "3"]);
+    let f = Spawned::start(
+        command()
+            .args(["record", "--json", "-d", "1s", "-o"])
+            .arg(dir.join("x.rec"))
+            .args([
+                "--pid",
+                &w.pid.to_string(),
+                "--nvml-lib",
+                "/nonexistent/libnvidia-ml.so.1",
+            ]),
+    )
+    .finish(RECORD_TIMEOUT);
+    assert_success(&f, "record without NVML");
+    assert!(
+        f.stderr.contains("NVML could not be loaded"),
+        "{}",
+        f.describe()
+    );
+    let report = parse_report(&f.stdout);
+    assert!(report["gpus"].as_array().unwrap().is_empty());
+    assert!(
+        report["unavailable"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|u| u["signal"] == "gpu")
+    );
+    assert!(!report["threads"].as_array().unwrap().is_empty());
+}
