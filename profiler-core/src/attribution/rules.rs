@@ -5,12 +5,14 @@
 //! - `host_compute = feeder_on_cpu − u`: a CUDA sync spins while the GPU works (on-CPU, or
 //!   queued after a `sched_yield`), so the feeder's on-CPU time, then its run-queue time,
 //!   first covers the busy part; only the rest is its own work or real contention.
-//! - `cpu_contention = feeder_runqueue_beyond_busy + feeder_blocked × workers_runqueue_share`
-//! - `disk = feeder_io_wait + feeder_blocked × workers_io_wait_share`
+//! - `cpu_contention = feeder_runqueue_beyond_busy + feeder_blocked × 2 × workers_runqueue_share`
+//! - `disk = feeder_io_wait + feeder_blocked × 2 × workers_io_wait_share`
 //! - `dataloader_cpu = feeder_blocked × workers_on_cpu_share`
 //!
-//! Workers that wait for a CPU more than they run are starved, whoever takes the CPUs (another
-//! job, or too many workers for the host): that is contention, not a slow pipeline.
+//! The factor 2: workers that waited for a CPU, or for IO, at least half as long as they ran
+//! would have had their batches ready without the wait, so the wait is the cause, not their
+//! computing. A queue for CPUs is contention whoever takes them (another job, or more workers
+//! than the host has CPUs). `dataloader_cpu` is left for workers that mostly compute.
 //!
 //! where a worker share is that state's part of the workers' *active* time (on-CPU, queued
 //! or in IO): what the workers were doing while the feeder waited for them. The highest
@@ -48,8 +50,8 @@ pub fn label_window(host: &HostWindow, busy: f64) -> Label {
     let spin_left = (busy - f.on_cpu).max(0.0);
     let scores = [
         f.blocked * w_on,
-        f.io_wait + f.blocked * w_io,
-        (f.runqueue - spin_left).max(0.0) + f.blocked * w_rq,
+        f.io_wait + f.blocked * 2.0 * w_io,
+        (f.runqueue - spin_left).max(0.0) + f.blocked * 2.0 * w_rq,
         (f.on_cpu - busy).max(0.0),
     ];
     let causes = [
@@ -134,9 +136,23 @@ mod tests {
     }
 
     #[test]
+    fn workers_waiting_on_io_a_third_of_the_time_are_disk_bound() {
+        let h = host(st(5.0, 0.0, 0.0, 95.0), st(120.0, 0.0, 70.0, 10.0));
+        assert_eq!(label_window(&h, 0.3).cause, Cause::Disk);
+    }
+
+    #[test]
     fn runnable_but_not_running_is_contention() {
         let h = host(st(30.0, 50.0, 0.0, 20.0), st(60.0, 120.0, 0.0, 20.0));
         assert_eq!(label_window(&h, 0.3).cause, Cause::CpuContention);
+    }
+
+    #[test]
+    fn workers_queued_half_as_long_as_they_run_are_starved() {
+        let starved = host(st(5.0, 0.0, 0.0, 95.0), st(110.0, 60.0, 0.0, 30.0));
+        assert_eq!(label_window(&starved, 0.3).cause, Cause::CpuContention);
+        let busy = host(st(5.0, 0.0, 0.0, 95.0), st(150.0, 40.0, 0.0, 10.0));
+        assert_eq!(label_window(&busy, 0.3).cause, Cause::DataloaderCpu);
     }
 
     #[test]

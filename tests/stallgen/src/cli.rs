@@ -24,9 +24,9 @@ pub struct Cli {
     /// [default: healthy,dataloader-cpu,host-compute,disk].
     #[arg(long, value_enum, value_delimiter = ',')]
     pub phases: Vec<Scenario>,
-    /// DataLoader worker processes.
-    #[arg(long, default_value_t = 2)]
-    pub workers: usize,
+    /// DataLoader worker processes [default: half the CPUs, at least 1].
+    #[arg(long)]
+    pub workers: Option<usize>,
     /// CPU time per batch in each worker's transform.
     #[arg(long)]
     pub transform_ms: Option<f64>,
@@ -63,12 +63,18 @@ pub struct Cli {
 }
 
 impl Cli {
+    /// The worker count: as given, or half the CPUs (at least one), as a DataLoader is often
+    /// sized.
+    pub fn workers(&self, cpus: usize) -> usize {
+        self.workers.unwrap_or((cpus / 2).max(1))
+    }
+
     /// The phases with their knobs; `cpus` sizes the CPU hog.
     pub fn schedule(&self, cpus: usize) -> Result<Schedule> {
         if !(self.secs > 0.0 && self.secs.is_finite()) {
             bail!("--secs must be a positive number of seconds");
         }
-        if self.workers == 0 {
+        if self.workers == Some(0) {
             bail!("--workers must be at least 1 (the feeder takes batches from workers)");
         }
         if !(self.batch_mb > 0.0 && self.batch_mb <= 4096.0) {
@@ -101,6 +107,7 @@ impl Cli {
             &self.phases,
             self.secs,
             cpus,
+            self.workers(cpus),
             &o,
         ))
     }
@@ -122,7 +129,7 @@ mod tests {
     fn defaults_are_a_healthy_run() {
         let c = parse("");
         assert_eq!(c.scenario, Scenario::Healthy);
-        assert_eq!((c.workers, c.batch_bytes()), (2, 8 << 20));
+        assert_eq!((c.workers(4), c.batch_bytes()), (2, 8 << 20));
         let s = c.schedule(2).unwrap();
         assert_eq!(s.phases.len(), 1);
         assert_eq!(s.total_ns, 10_000_000_000);
@@ -133,7 +140,7 @@ mod tests {
         let c = parse("--scenario disk --secs 5 --disk 7 --kernels 3 --workers 4");
         let k = c.schedule(2).unwrap().phases[0].knobs;
         assert_eq!((k.disk_ms, k.kernels, k.kernel_ms), (7.0, 3, 25.0));
-        assert_eq!(c.workers, 4);
+        assert_eq!(c.workers(2), 4);
     }
 
     #[test]

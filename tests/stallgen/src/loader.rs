@@ -246,7 +246,7 @@ pub(crate) mod tests {
         };
         let env = Arc::new(WorkerEnv {
             shared: Arc::clone(&shared),
-            schedule: Schedule::new(Scenario::Healthy, &[], 1.0, 1, &quick),
+            schedule: Schedule::new(Scenario::Healthy, &[], 1.0, 1, 1, &quick),
             workers,
             dataset: None,
         });

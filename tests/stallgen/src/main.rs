@@ -54,7 +54,9 @@ impl Drop for Children {
 }
 
 fn run(cli: &Cli) -> Result<()> {
-    let schedule = cli.schedule(sys::allowed_cpus())?;
+    let cpus = sys::allowed_cpus();
+    let schedule = cli.schedule(cpus)?;
+    let workers = cli.workers(cpus);
     let mut truth = truth::Truth::create(cli.truth.as_deref())
         .with_context(|| format!("creating the truth file {:?}", cli.truth))?;
     let dataset = if schedule.uses_disk() {
@@ -65,17 +67,17 @@ fn run(cli: &Cli) -> Result<()> {
     } else {
         None
     };
-    let shared = Shared::new(cli.workers * PREFETCH, cli.batch_bytes())
+    let shared = Shared::new(workers * PREFETCH, cli.batch_bytes())
         .context("mapping the shared-memory batch slots")?;
     // Everything that forks happens here, while the process is single-threaded: before the
     // driver starts its threads and before the pin-memory thread.
     let env = WorkerEnv {
         shared: Arc::clone(&shared),
         schedule: schedule.clone(),
-        workers: cli.workers,
+        workers,
         dataset,
     };
-    let loader = Loader::spawn(Arc::clone(&shared), cli.workers, &|id, ready, free| {
+    let loader = Loader::spawn(Arc::clone(&shared), workers, &|id, ready, free| {
         work::run_worker(&env, id, ready, free)
     })?;
     let worker_pids = loader.pids();

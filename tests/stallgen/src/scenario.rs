@@ -43,14 +43,17 @@ impl Scenario {
         }
     }
 
-    /// The preset. `cpus` is the number of CPUs the job may use (it sizes the hog).
+    /// The preset. `cpus` is the number of CPUs the job may use (it sizes the hog), `workers`
+    /// the number of DataLoader workers (per-batch costs scale with it, so the batch rate, and
+    /// thus the GPU's idle share, is the same for any worker count).
     ///
     /// Every scenario trains the same model, 4 kernels × 25 ms per step, so steps/s compares
     /// directly and `healthy` is the fastest. The causes are sized so that each dominates the
     /// GPU's idle time on 2 CPUs, where the feeder's sync spins (yielding now and then, as the
     /// driver's default schedule does) beside two workers, and on a 16-core host, where each
     /// worker has a CPU of its own.
-    pub fn knobs(self, cpus: usize) -> Knobs {
+    pub fn knobs(self, cpus: usize, workers: usize) -> Knobs {
+        let w = workers.max(1) as f64;
         let base = Knobs {
             transform_ms: 1.0,
             kernel_ms: 25.0,
@@ -63,23 +66,23 @@ impl Scenario {
             // ~2 ms of worker CPU per batch (transform and collate) against 100 ms of GPU. The
             // pageable copy of the 8 MiB batch (a CPU memcpy, then DMA) is the only idle time.
             Self::Healthy | Self::Phases => base,
-            // 400 ms of CPU per batch: a batch every ~200 ms with two free CPUs for a 100 ms
-            // step.
+            // 200 ms of CPU per batch per worker: a batch every ~200 ms for a 100 ms step.
+            // With half the CPUs as workers, the workers and the feeder's spinning sync still
+            // fit the host, so the workers are CPU-bound without queueing for CPUs.
             Self::DataloaderCpu => Knobs {
-                transform_ms: 400.0,
+                transform_ms: 200.0 * w,
                 ..base
             },
-            // 400 ms of cold reads per batch per worker: a batch every ~200 ms.
+            // 200 ms of cold reads per batch per worker: a batch every ~200 ms.
             Self::Disk => Knobs {
-                disk_ms: 400.0,
+                disk_ms: 200.0 * w,
                 ..base
             },
-            // Without the hog the workers keep up (~126 ms of CPU per batch per worker: a
-            // batch every ~63 ms for a 100 ms step); two hog threads per CPU leave each job
-            // thread a third of a CPU, so a batch takes ~190 ms and the feeder waits for the
-            // CPU too.
+            // Without the hog the workers keep up (a batch every ~80 ms for a 100 ms step); two
+            // hog threads per CPU leave each job thread a third of a CPU or less, so a batch
+            // takes ~240 ms or more and the feeder waits for the CPU too.
             Self::CpuContention => Knobs {
-                transform_ms: 125.0,
+                transform_ms: 80.0 * w,
                 hog_threads: 2 * cpus as u32,
                 ..base
             },
@@ -168,6 +171,7 @@ impl Schedule {
         sequence: &[Scenario],
         secs: f64,
         cpus: usize,
+        workers: usize,
         o: &Overrides,
     ) -> Self {
         let list: Vec<Scenario> = match scenario {
@@ -179,7 +183,7 @@ impl Schedule {
             .into_iter()
             .map(|s| Phase {
                 scenario: s,
-                knobs: s.knobs(cpus).with(o),
+                knobs: s.knobs(cpus, workers).with(o),
             })
             .collect();
         Self {
@@ -227,10 +231,10 @@ mod tests {
 
     #[test]
     fn presets_inject_what_they_say() {
-        let h = Scenario::Healthy.knobs(2);
+        let h = Scenario::Healthy.knobs(2, 2);
         // Healthy: far more GPU time per step than worker CPU per batch.
         assert!(h.kernel_ns() * u64::from(h.kernels) >= 100_000_000 && h.transform_ms <= 2.0);
-        let d = Scenario::DataloaderCpu.knobs(2);
+        let d = Scenario::DataloaderCpu.knobs(2, 2);
         assert!(d.transform_ms / 2.0 > 1.5 * d.kernel_ms * f64::from(d.kernels));
         // Same model everywhere, so steps/s compares.
         for s in [
@@ -239,21 +243,21 @@ mod tests {
             Scenario::CpuContention,
         ] {
             assert_eq!(
-                s.knobs(2).kernel_ns() * 4,
+                s.knobs(2, 2).kernel_ns() * 4,
                 h.kernel_ns() * u64::from(h.kernels)
             );
         }
-        assert!(Scenario::Disk.knobs(2).disk_ms > 0.0);
-        assert_eq!(Scenario::CpuContention.knobs(2).hog_threads, 4);
-        assert_eq!(Scenario::CpuContention.knobs(16).hog_threads, 32);
-        assert!(Scenario::HostCompute.knobs(2).host_ms > 0.0);
+        assert!(Scenario::Disk.knobs(2, 2).disk_ms > 0.0);
+        assert_eq!(Scenario::CpuContention.knobs(2, 2).hog_threads, 4);
+        assert_eq!(Scenario::CpuContention.knobs(16, 2).hog_threads, 32);
+        assert!(Scenario::HostCompute.knobs(2, 2).host_ms > 0.0);
         for s in [
             Scenario::Healthy,
             Scenario::DataloaderCpu,
             Scenario::HostCompute,
         ] {
-            assert_eq!(s.knobs(8).hog_threads, 0, "{s:?}");
-            assert_eq!(s.knobs(8).disk_ms, 0.0, "{s:?}");
+            assert_eq!(s.knobs(8, 2).hog_threads, 0, "{s:?}");
+            assert_eq!(s.knobs(8, 2).disk_ms, 0.0, "{s:?}");
         }
     }
 
@@ -286,7 +290,7 @@ mod tests {
             kernel_ms: Some(3.0),
             ..Overrides::default()
         };
-        let s = Schedule::new(Scenario::Phases, &[], 8.0, 2, &o);
+        let s = Schedule::new(Scenario::Phases, &[], 8.0, 2, 2, &o);
         assert_eq!(s.phases.len(), 4);
         assert!(s.phases.iter().all(|p| p.knobs.kernel_ms == 3.0));
         assert_eq!(s.phases[1].knobs.transform_ms, 400.0);
@@ -296,7 +300,14 @@ mod tests {
 
     #[test]
     fn single_scenario_is_one_phase() {
-        let s = Schedule::new(Scenario::CpuContention, &[], 5.0, 4, &Overrides::default());
+        let s = Schedule::new(
+            Scenario::CpuContention,
+            &[],
+            5.0,
+            4,
+            2,
+            &Overrides::default(),
+        );
         assert_eq!(s.phases.len(), 1);
         assert_eq!(s.max_hog_threads(), 8);
         assert!(!s.uses_disk());
@@ -308,7 +319,7 @@ mod tests {
     #[test]
     fn phase_schedule_splits_time_evenly() {
         let seq = [Scenario::Healthy, Scenario::Disk, Scenario::HostCompute];
-        let s = Schedule::new(Scenario::Phases, &seq, 3.0, 2, &Overrides::default());
+        let s = Schedule::new(Scenario::Phases, &seq, 3.0, 2, 2, &Overrides::default());
         assert_eq!(s.index_at(0), 0);
         assert_eq!(s.index_at(999_999_999), 0);
         assert_eq!(s.index_at(1_000_000_000), 1);

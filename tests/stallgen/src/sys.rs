@@ -129,11 +129,11 @@ pub fn spawn_detached(
     }
     if middle == 0 {
         drop(keep);
-        // SAFETY: setsid and fork take no pointers; the child is single-threaded.
-        let pid = unsafe {
-            libc::setsid();
-            libc::fork()
-        };
+        // No setsid: a new session would get its own scheduler autogroup, and the hog would
+        // then share the CPUs with the job group against group, not thread against thread,
+        // as another job in the same session does.
+        // SAFETY: fork takes no pointers; the child is single-threaded.
+        let pid = unsafe { libc::fork() };
         if pid != 0 {
             // SAFETY: writing our own pipe, then leaving without running the parent's code.
             unsafe {
