@@ -25,8 +25,8 @@ enum Cmd {
     Build,
     /// Build, start the bundled workload and attach stallscope to it by PID.
     Demo {
-        /// How long to record.
-        #[arg(long, default_value = "6s")]
+        /// How long to record, in seconds.
+        #[arg(long, default_value = "20s")]
         duration: String,
     },
     /// Set up, build and run every test, including the root-only eBPF tests.
@@ -82,32 +82,77 @@ pub fn build() -> anyhow::Result<()> {
     ]))
 }
 
+/// Whether this machine has an NVIDIA driver, and so a real GPU to run the demo on.
+fn real_gpu() -> bool {
+    Path::new("/proc/driver/nvidia/version").exists()
+}
+
 fn demo(duration: &str) -> anyhow::Result<()> {
     build()?;
-    let mut workload = Command::new(release_bin("stallwork"))
-        .args(["demo", "--secs", "60"])
-        .spawn()
-        .context("starting the demo workload")?;
-    // Let the workload start its workers so that the attach finds a running tree.
-    std::thread::sleep(std::time::Duration::from_millis(800));
-    eprintln!(
-        "xtask: demo workload is PID {}; attaching: stallscope record --pid {} --duration {duration}",
-        workload.id(),
-        workload.id()
-    );
+    let secs: f64 = duration
+        .trim_end_matches('s')
+        .parse()
+        .context("--duration is in seconds, e.g. 20s")?;
     let out_dir = root().join("stallscope-out");
     std::fs::create_dir_all(&out_dir)?;
-    let result = run(Command::new(release_bin("stallscope")).args([
-        "record",
+    let mut job = Command::new(release_bin("stallgen"));
+    job.args(["--scenario", "phases", "--secs", &format!("{}", secs + 4.0)])
+        .stdout(std::process::Stdio::piped());
+    let mut record = Command::new(release_bin("stallscope"));
+    record.arg("record");
+    if real_gpu() {
+        eprintln!("xtask: an NVIDIA driver is present: the demo runs stallgen on the real GPU");
+    } else {
+        let lib = root().join("target/simgpu");
+        simgpu_state::install_dir(&root().join("target/release"), &lib)?;
+        let state = std::env::temp_dir().join(format!("stallscope-demo-{}", std::process::id()));
+        eprintln!(
+            "xtask: no GPU here: the demo runs stallgen on the simulated GPU ({} and {})",
+            lib.join("libcuda.so.1").display(),
+            lib.join("libnvidia-ml.so.1").display()
+        );
+        job.env("LD_LIBRARY_PATH", &lib)
+            .env("STALLSCOPE_SIMGPU_STATE", &state);
+        record
+            .env("STALLSCOPE_SIMGPU_STATE", &state)
+            .arg("--nvml-lib")
+            .arg(lib.join("libnvidia-ml.so.1"));
+    }
+    let mut child = job.spawn().context("starting stallgen")?;
+    let stdout = child.stdout.take().context("stallgen's stdout")?;
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stdout));
+    let pid = loop {
+        match lines.next() {
+            Some(Ok(line)) if line.starts_with("ready pid=") => {
+                break line["ready pid=".len()..]
+                    .split_whitespace()
+                    .next()
+                    .and_then(|p| p.parse::<u32>().ok())
+                    .context("stallgen's ready line has no pid")?;
+            }
+            Some(Ok(_)) => continue,
+            _ => bail!("stallgen ended before it was ready"),
+        }
+    };
+    eprintln!(
+        "xtask: stallgen (a training loop whose bottleneck changes every {:.0} s: none, \
+         dataloader CPU, host compute, disk) is PID {pid}; attaching: \
+         stallscope record --pid {pid} --duration {duration}",
+        (secs + 4.0) / 4.0
+    );
+    let result = run(record.args([
         "--pid",
-        &workload.id().to_string(),
+        &pid.to_string(),
         "--duration",
         duration,
         "-o",
         &out_dir.join("demo.rec").display().to_string(),
     ]));
-    let _ = workload.kill();
-    let _ = workload.wait();
+    let _ = child.kill();
+    let _ = child.wait();
+    eprintln!(
+        "xtask: on a GPU host, attach to a real job the same way: sudo stallscope record --pid <PID of the training process>"
+    );
     result
 }
 
