@@ -1,5 +1,6 @@
 //! Benchmarks. `overhead` measures what attaching stallscope costs a workload, next to peer
 //! tracers on the same workloads, and prints a markdown table with the targets on stdout.
+mod analyze;
 mod overhead;
 mod peers;
 mod proc;
@@ -31,7 +32,12 @@ pub struct BenchArgs {
     #[arg(long)]
     pub quick: bool,
     /// Workloads to run (comma-separated).
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "w1,w1u,w2")]
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "w1,w1u,w2,w3"
+    )]
     pub workloads: Vec<Workload>,
     /// Tracers to compare (comma-separated); the untraced baseline always runs.
     #[arg(
@@ -62,11 +68,19 @@ pub enum Which {
     /// Workload slowdown, CPU, memory and drops of stallscope against bpftrace, runqlat and
     /// offcputime.
     Overhead,
+    /// Time and peak memory of `stallscope report` on one hour of an 8-worker job.
+    Analyze,
 }
 
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     match args.which {
         Which::Overhead => overhead(args),
+        Which::Analyze => {
+            if !args.no_build {
+                crate::build().context("building stallscope (skip with --no-build)")?;
+            }
+            analyze::analyze(args.reps.unwrap_or(3))
+        }
     }
 }
 
@@ -79,8 +93,24 @@ fn overhead(args: BenchArgs) -> anyhow::Result<()> {
         crate::build().context("building stallscope and stallwork (skip with --no-build)")?;
     }
     let stallwork = release_bin("stallwork");
+    let stallgen = release_bin("stallgen");
     let stallscope = release_bin("stallscope");
-    for bin in [&stallwork, &stallscope] {
+    if args.workloads.contains(&Workload::W3) && !crate::real_gpu() {
+        // W3 trains on the simulated GPU: stallgen finds its libcuda.so.1 through the loader
+        // path and stallscope its libnvidia-ml.so.1 through STALLSCOPE_NVML_LIB; both share
+        // one device state file. Children inherit these.
+        let lib = crate::root().join("target/simgpu");
+        simgpu_state::install_dir(&crate::root().join("target/release"), &lib)?;
+        let state =
+            std::env::temp_dir().join(format!("stallscope-bench-gpu-{}", std::process::id()));
+        // SAFETY: no other thread runs yet, so nothing reads the environment concurrently.
+        unsafe {
+            std::env::set_var("LD_LIBRARY_PATH", &lib);
+            std::env::set_var("STALLSCOPE_SIMGPU_STATE", &state);
+            std::env::set_var("STALLSCOPE_NVML_LIB", lib.join("libnvidia-ml.so.1"));
+        }
+    }
+    for bin in [&stallwork, &stallgen, &stallscope] {
         if !bin.is_file() {
             bail!(
                 "{} is missing; build it with `cargo build --release -p profiler -p \
@@ -101,6 +131,7 @@ fn overhead(args: BenchArgs) -> anyhow::Result<()> {
         tracers,
         cpu: args.cpu.unwrap_or(cpus - 1),
         stallwork,
+        stallgen,
         stallscope,
         peers: peers::ensure(),
         dir: std::env::temp_dir().join("stallscope-bench"),

@@ -83,7 +83,7 @@ pub fn build() -> anyhow::Result<()> {
 }
 
 /// Whether this machine has an NVIDIA driver, and so a real GPU to run the demo on.
-fn real_gpu() -> bool {
+pub fn real_gpu() -> bool {
     Path::new("/proc/driver/nvidia/version").exists()
 }
 

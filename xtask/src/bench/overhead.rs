@@ -22,6 +22,9 @@ pub enum Workload {
     W1u,
     /// mix, traced as the target.
     W2,
+    /// stallgen's healthy training loop on the simulated GPU (or a real one), traced as the
+    /// target: training steps per second.
+    W3,
 }
 
 impl Workload {
@@ -30,6 +33,7 @@ impl Workload {
             Self::W1 => "W1 pingpong (target)",
             Self::W1u => "W1u pingpong (not the target)",
             Self::W2 => "W2 mix (target)",
+            Self::W3 => "W3 stallgen training (target)",
         }
     }
 
@@ -37,6 +41,7 @@ impl Workload {
         match self {
             Self::W1 | Self::W1u => "rounds/s",
             Self::W2 => "ops/s",
+            Self::W3 => "steps/s",
         }
     }
 }
@@ -49,6 +54,7 @@ pub struct Config {
     pub tracers: Vec<Tracer>,
     pub cpu: usize,
     pub stallwork: PathBuf,
+    pub stallgen: PathBuf,
     pub stallscope: PathBuf,
     pub peers: Peers,
     pub dir: PathBuf,
@@ -222,18 +228,24 @@ fn run_one(cfg: &Config, w: Workload, t: Tracer, rep: u32) -> Result<Sample, Str
     let mut work_args: Vec<String> = match w {
         Workload::W1 | Workload::W1u => vec!["pingpong".into()],
         Workload::W2 => vec!["mix".into()],
+        Workload::W3 => vec!["--scenario".into(), "healthy".into()],
     };
     work_args.extend(["--secs".into(), cfg.secs.to_string()]);
-    if w != Workload::W2 {
+    if matches!(w, Workload::W1 | Workload::W1u) {
         work_args.extend(["--cpu".into(), cfg.cpu.to_string()]);
     }
     let run_dir = cfg.dir.join(&tag);
     let _ = std::fs::remove_dir_all(&run_dir);
     std::fs::create_dir_all(&run_dir).map_err(|e| format!("{}: {e}", run_dir.display()))?;
     let result = match w {
-        Workload::W1 | Workload::W2 => {
-            let mut work = Proc::spawn(&mut proc::gated(&cfg.stallwork, &work_args))
-                .map_err(|e| format!("{e:#}"))?;
+        Workload::W1 | Workload::W2 | Workload::W3 => {
+            let program = if w == Workload::W3 {
+                &cfg.stallgen
+            } else {
+                &cfg.stallwork
+            };
+            let mut work =
+                Proc::spawn(&mut proc::gated(program, &work_args)).map_err(|e| format!("{e:#}"))?;
             let tracer = tracers::attach(cfg, t, work.pid(), &run_dir)?;
             let watch = Watch::start(tracer.as_ref().map(tracers::Attached::pid));
             work.release().map_err(|e| format!("{e:#}"))?;
@@ -295,7 +307,7 @@ fn finish_workload(work: Proc, secs: u64, gated: bool) -> Result<(f64, f64), Str
         eprintln!("bench: warning: workload says `{ready}` but was started as PID {pid}");
     }
     let totals = work.wait_line(Duration::from_secs(secs + 30), |l| {
-        l.starts_with("rounds=") || l.starts_with("ops=")
+        l.starts_with("rounds=") || l.starts_with("ops=") || l.starts_with("steps=")
     });
     let (exit, _, err) = work.stop(Duration::from_secs(5), Duration::from_secs(2));
     let totals = totals.ok_or_else(|| format!("workload printed no totals: {}", tail(&err)))?;
@@ -318,7 +330,7 @@ pub fn parse_totals(line: &str) -> Option<f64> {
     let mut secs = None;
     for kv in line.split_whitespace() {
         match kv.split_once('=')? {
-            ("rounds" | "ops", v) => count = v.parse::<f64>().ok(),
+            ("rounds" | "ops" | "steps", v) => count = v.parse::<f64>().ok(),
             ("secs", v) => secs = v.parse::<f64>().ok(),
             _ => {}
         }

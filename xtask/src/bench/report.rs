@@ -297,7 +297,7 @@ fn targets(cfg: &Config, records: &[RunRecord]) {
             fmt(p)
         );
     }
-    for w in [Workload::W1u, Workload::W2] {
+    for w in [Workload::W1u, Workload::W2, Workload::W3] {
         let r = ratio(w, Tracer::Stallscope);
         println!(
             "- {} {w:?} stallscope ratio ≥ 0.97: {}",

@@ -1,0 +1,294 @@
+//! `bench analyze`: how long `stallscope report` takes on a recording of one hour of an
+//! 8-worker training job (about ten million events), and its peak memory.
+//!
+//! The recording is synthetic but shaped like a real one: 50 ms ticks for 12 threads, NVML
+//! samples every 1/6 s, 99 Hz CPU samples on 16 CPUs, rate-limited off-CPU samples, block
+//! IO, a few thousand distinct stacks, and a bottleneck that changes every five minutes.
+use std::{
+    fs::File,
+    io::BufWriter,
+    path::{Path, PathBuf},
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use anyhow::Context as _;
+use profiler_core::{
+    RecordingWriter,
+    record::{EndReason, GpuInfo, Meta, Record, ThreadCounters},
+};
+
+use super::proc::Proc;
+use crate::{release_bin, root};
+
+const MS: u64 = 1_000_000;
+const SEC: u64 = 1_000 * MS;
+const HOUR_S: u64 = 3600;
+const START: u64 = 10 * SEC;
+const FEEDER: u32 = 1000;
+const WORKERS: u32 = 8;
+const OTHERS: u32 = 3;
+const STACKS: u32 = 4000;
+const CPUS: u64 = 16;
+const TARGET_S: f64 = 2.0;
+const TARGET_RSS_MIB: f64 = 256.0;
+
+/// A small deterministic PRNG, so every run measures the same file.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+fn threads() -> Vec<(u32, u32, &'static str)> {
+    let mut t = vec![(FEEDER, FEEDER, "python")];
+    t.extend((1..=OTHERS).map(|i| (FEEDER + i, FEEDER, "pt_helper")));
+    t.extend((1..=WORKERS).map(|i| (2000 + i, 2000 + i, "pt_data_worker")));
+    t
+}
+
+/// Fractions (on, queued, io, blocked) per tick for the feeder and the workers, and the GPU
+/// utilization, in the phase that runs at `s` seconds.
+fn phase(s: u64) -> ([f64; 4], [f64; 4], u32) {
+    match (s / 300) % 4 {
+        0 => ([0.9, 0.05, 0.0, 0.05], [0.3, 0.0, 0.0, 0.7], 97),
+        1 => ([0.3, 0.0, 0.0, 0.7], [0.95, 0.03, 0.0, 0.02], 35),
+        2 => ([0.2, 0.0, 0.0, 0.8], [0.2, 0.0, 0.7, 0.1], 25),
+        _ => ([0.85, 0.1, 0.0, 0.05], [0.4, 0.0, 0.0, 0.6], 40),
+    }
+}
+
+fn generate(path: &Path) -> anyhow::Result<u64> {
+    let file = File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    let mut w = RecordingWriter::new(BufWriter::with_capacity(1 << 20, file))?;
+    let mut rng = Rng(0x5eed_cafe_f00d_d00d);
+    let mut n = 0u64;
+    let mut put = |w: &mut RecordingWriter<BufWriter<File>>, r: Record| -> anyhow::Result<()> {
+        n += 1;
+        Ok(w.write(&r)?)
+    };
+    put(
+        &mut w,
+        Record::Meta(Meta {
+            target_pids: vec![FEEDER],
+            start_ns: START,
+            tick_ns: 50 * MS,
+            sample_hz: 99,
+            hostname: "bench".into(),
+            ..Meta::default()
+        }),
+    )?;
+    put(&mut w, Record::Host { cpus: CPUS as u32 })?;
+    put(
+        &mut w,
+        Record::Gpu(GpuInfo {
+            index: 0,
+            name: "bench GPU".into(),
+            target_pids: vec![FEEDER],
+            pcie_max_gen: 5,
+            pcie_max_width: 16,
+            ..GpuInfo::default()
+        }),
+    )?;
+    for (tid, pid, comm) in threads() {
+        put(
+            &mut w,
+            Record::Thread {
+                ts_ns: START,
+                tid,
+                pid,
+                comm: comm.into(),
+            },
+        )?;
+    }
+    for id in 0..STACKS {
+        let depth = 8 + (id % 24) as usize;
+        let frames = (0..depth)
+            .map(|d| {
+                format!(
+                    "module{}::function_{}_{}",
+                    d % 7,
+                    (id as usize * 31 + d) % 997,
+                    d
+                )
+            })
+            .collect();
+        put(&mut w, Record::Stack { id, frames })?;
+    }
+    let all = threads();
+    let mut totals: Vec<ThreadCounters> = all
+        .iter()
+        .map(|&(tid, pid, _)| ThreadCounters {
+            tid,
+            pid,
+            ..ThreadCounters::default()
+        })
+        .collect();
+    let tick = 50 * MS;
+    let period = SEC / 6;
+    let mut next_sample = START + period;
+    let mut t = START;
+    while t < START + HOUR_S * SEC {
+        let (feeder, worker, util) = phase((t - START) / SEC);
+        for c in &mut totals {
+            let f = if c.tid == FEEDER || c.pid == FEEDER {
+                feeder
+            } else {
+                worker
+            };
+            c.on_cpu_ns += (f[0] * tick as f64) as u64;
+            c.runqueue_ns += (f[1] * tick as f64) as u64;
+            c.io_wait_ns += (f[2] * tick as f64) as u64;
+            c.blocked_ns += (f[3] * tick as f64) as u64;
+        }
+        // 99 Hz on 16 CPUs: about 79 CPU samples per 50 ms tick, spread over the threads.
+        for _ in 0..79 {
+            let (tid, pid, _) = all[rng.below(all.len() as u64) as usize];
+            let stack = rng.below(u64::from(STACKS)) as u32;
+            put(
+                &mut w,
+                Record::CpuSample {
+                    ts_ns: t + rng.below(tick),
+                    tid,
+                    pid,
+                    stack,
+                },
+            )?;
+        }
+        for _ in 0..38 {
+            let (tid, pid, _) = all[rng.below(all.len() as u64) as usize];
+            put(
+                &mut w,
+                Record::OffCpuSample {
+                    ts_ns: t + rng.below(tick),
+                    tid,
+                    pid,
+                    duration_ns: rng.below(20 * MS),
+                    io: rng.below(4) == 0,
+                    stack: rng.below(u64::from(STACKS)) as u32,
+                },
+            )?;
+        }
+        for _ in 0..14 {
+            let tid = 2000 + 1 + rng.below(u64::from(WORKERS)) as u32;
+            put(
+                &mut w,
+                Record::BlockIo {
+                    ts_ns: t + rng.below(tick),
+                    tid,
+                    pid: tid,
+                    dev: 254 << 20,
+                    write: false,
+                    sector: rng.next() >> 20,
+                    bytes: 128 * 1024,
+                    queue_ns: rng.below(MS),
+                    service_ns: rng.below(10 * MS),
+                },
+            )?;
+        }
+        t += tick;
+        put(
+            &mut w,
+            Record::Tick {
+                ts_ns: t,
+                threads: totals.clone(),
+            },
+        )?;
+        while next_sample <= t {
+            put(
+                &mut w,
+                Record::GpuUtil {
+                    gpu: 0,
+                    ts_ns: next_sample,
+                    period_ns: period,
+                    util_pct: util,
+                },
+            )?;
+            next_sample += period;
+        }
+    }
+    put(
+        &mut w,
+        Record::End {
+            ts_ns: t,
+            reason: EndReason::Duration,
+        },
+    )?;
+    w.flush()?;
+    Ok(n)
+}
+
+pub fn analyze(reps: u32) -> anyhow::Result<()> {
+    let dir = root().join("target/bench");
+    std::fs::create_dir_all(&dir)?;
+    let file: PathBuf = dir.join("hour-8-workers.rec");
+    if !file.exists() {
+        eprintln!(
+            "xtask: generating {} (one hour, 8 workers)…",
+            file.display()
+        );
+        let t = Instant::now();
+        let n = generate(&file)?;
+        eprintln!("xtask: {n} records in {:.1} s", t.elapsed().as_secs_f64());
+    }
+    let size_mib = std::fs::metadata(&file)?.len() as f64 / (1 << 20) as f64;
+    let out = tempdir(&dir)?;
+    let mut runs = Vec::new();
+    for _ in 0..reps.max(1) {
+        let started = Instant::now();
+        let mut p = Proc::spawn(
+            Command::new(release_bin("stallscope"))
+                .arg("report")
+                .arg(&file)
+                .arg("--json")
+                .arg("--flamegraph-dir")
+                .arg(&out),
+        )?;
+        let exit = p
+            .wait_exit(Duration::from_secs(600))
+            .context("stallscope report did not finish in 10 minutes")?;
+        let wall = started.elapsed().as_secs_f64();
+        anyhow::ensure!(
+            exit.success(),
+            "stallscope report failed: {}",
+            exit.describe()
+        );
+        runs.push((wall, exit.cpu_s, exit.maxrss_kib as f64 / 1024.0));
+    }
+    runs.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let (wall, cpu, rss) = runs[runs.len() / 2];
+    let peak = runs.iter().map(|r| r.2).fold(0.0, f64::max);
+    println!("| recording | size | runs | median wall | CPU | peak RSS |");
+    println!("|---|---|---|---|---|---|");
+    println!(
+        "| 1 h, 8 workers | {size_mib:.0} MiB | {} | {wall:.2} s | {cpu:.2} s | {rss:.0} MiB (max {peak:.0}) |",
+        runs.len()
+    );
+    println!();
+    let verdict = |ok: bool| if ok { "PASS" } else { "MISS" };
+    println!(
+        "- {} report time ≤ {TARGET_S} s: {wall:.2} s",
+        verdict(wall <= TARGET_S)
+    );
+    println!(
+        "- {} peak RSS ≤ {TARGET_RSS_MIB} MiB: {peak:.0} MiB",
+        verdict(peak <= TARGET_RSS_MIB)
+    );
+    let _ = std::fs::remove_dir_all(&out);
+    Ok(())
+}
+
+fn tempdir(parent: &Path) -> anyhow::Result<PathBuf> {
+    let d = parent.join(format!("report-{}", std::process::id()));
+    std::fs::create_dir_all(&d)?;
+    Ok(d)
+}
