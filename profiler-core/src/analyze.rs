@@ -89,6 +89,7 @@ pub struct Analyzer {
     gpus: BTreeMap<u32, GpuAcc>,
     timed: TimedEvents,
     cpus: u32,
+    cuda_processes: BTreeMap<u32, String>,
 }
 
 #[derive(Debug, Default)]
@@ -266,6 +267,10 @@ impl Analyzer {
                 }
             }
             Record::Host { cpus } => self.cpus = cpus,
+            Record::CudaLibrary { ts_ns, pid, path } => {
+                self.seen_ts(ts_ns);
+                self.cuda_processes.insert(pid, path);
+            }
             Record::Gpu(info) => {
                 let index = info.index;
                 self.gpus.entry(index).or_default().info = info;
@@ -357,6 +362,7 @@ impl Analyzer {
             gpus,
             timed,
             cpus: self.cpus,
+            cuda_processes: self.cuda_processes,
             attribution: None,
         };
         analysis.attribution = crate::attribution::attribute(&analysis);

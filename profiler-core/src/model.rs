@@ -49,6 +49,8 @@ pub struct Analysis {
     pub timed: TimedEvents,
     /// CPUs on the recording host; 0 when the recording does not say.
     pub cpus: u32,
+    /// Processes that mapped the CUDA driver library, with its path.
+    pub cuda_processes: BTreeMap<u32, String>,
     /// Why each GPU idled; `None` without GPU samples.
     pub attribution: Option<Attribution>,
 }

@@ -168,6 +168,13 @@ pub enum Record {
     Host {
         cpus: u32,
     },
+    /// A traced process mapped the CUDA driver library (found in its /proc/PID/maps): it
+    /// talks to a GPU.
+    CudaLibrary {
+        ts_ns: u64,
+        pid: u32,
+        path: String,
+    },
 }
 
 /// A GPU as NVML describes it.
@@ -203,4 +210,8 @@ pub struct GpuState {
     pub power_mw: Option<u32>,
     pub temperature_c: Option<u32>,
     pub memory_used_bytes: Option<u64>,
+    /// GPM (Hopper and newer): percent of SM cycles with work resident, and SM occupancy, over
+    /// the last interval. The SM-activity truth behind DCGM's profiling fields.
+    pub sm_active_pct: Option<u32>,
+    pub sm_occupancy_pct: Option<u32>,
 }

@@ -26,6 +26,8 @@ pub struct JsonGpu<'a> {
     pub samples: usize,
     pub pcie_max_gen: u32,
     pub pcie_max_width: u32,
+    /// Mean GPM SM activity over the recording, where the GPU has GPM (Hopper and newer).
+    pub sm_active_pct: Option<f64>,
     /// The dominant cause of each second of the recording.
     pub seconds: &'a [SecondLabel],
 }
@@ -53,10 +55,16 @@ pub fn json_gpus(a: &Analysis) -> Vec<JsonGpu<'_>> {
                 samples: a.gpus.get(&g.gpu).map_or(0, |t| t.samples.len()),
                 pcie_max_gen: info.map_or(0, |i| i.pcie_max_gen),
                 pcie_max_width: info.map_or(0, |i| i.pcie_max_width),
+                sm_active_pct: a.gpus.get(&g.gpu).and_then(mean_sm_active),
                 seconds: &g.seconds,
             }
         })
         .collect()
+}
+
+fn mean_sm_active(g: &crate::model::GpuTimeline) -> Option<f64> {
+    let v: Vec<u32> = g.states.iter().filter_map(|s| s.sm_active_pct).collect();
+    (!v.is_empty()).then(|| v.iter().map(|&p| f64::from(p)).sum::<f64>() / v.len() as f64)
 }
 
 /// Every GPU's stalls, longest first.
@@ -92,9 +100,14 @@ pub fn write_text<W: Write>(a: &Analysis, w: &mut W) -> io::Result<()> {
     for g in &attr.gpus {
         let name = a.gpus.get(&g.gpu).map_or("", |t| t.info.name.as_str());
         writeln!(w)?;
+        let sm = a
+            .gpus
+            .get(&g.gpu)
+            .and_then(mean_sm_active)
+            .map_or(String::new(), |p| format!(" (SM activity {p:.0}%)"));
         writeln!(
             w,
-            "GPU {} {name}: busy {}, idle {} of {} s",
+            "GPU {} {name}: busy {}, idle {} of {} s{sm}",
             g.gpu,
             pct(g.busy_ns, g.observed_ns),
             pct(g.idle_ns, g.observed_ns),

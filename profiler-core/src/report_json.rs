@@ -56,6 +56,8 @@ pub struct JsonReport<'a> {
     pub unknown_records: u64,
     pub records: u64,
     pub gpus: Vec<crate::report_gpu::JsonGpu<'a>>,
+    /// PID -> the CUDA driver library it mapped, from /proc/PID/maps.
+    pub cuda_processes: &'a BTreeMap<u32, String>,
     /// Start and end are CLOCK_MONOTONIC ns, like `start_ns`.
     pub stalls: Vec<&'a crate::attribution::Stall>,
     pub verdict: Option<&'a crate::attribution::Verdict>,
@@ -219,6 +221,7 @@ impl<'a> JsonReport<'a> {
             unknown_records: load.unknown_records,
             records: load.records,
             gpus: crate::report_gpu::json_gpus(a),
+            cuda_processes: &a.cuda_processes,
             stalls: crate::report_gpu::json_stalls(a),
             verdict: crate::report_gpu::json_verdict(a),
         }

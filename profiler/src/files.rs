@@ -19,6 +19,20 @@ pub struct FileNames {
     names: HashMap<FileId, PathBuf>,
 }
 
+/// The CUDA driver library `pid` has mapped, if any: its path in the process's own mount
+/// namespace. PyTorch dlopens it at run time, so this is asked again as the job runs.
+pub fn cuda_library(pid: u32) -> Option<String> {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+    maps.lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .find(|p| {
+            p.rsplit('/')
+                .next()
+                .is_some_and(|name| name.starts_with("libcuda.so"))
+        })
+        .map(str::to_string)
+}
+
 impl FileNames {
     /// Records the files `pid` has open or mapped now.
     pub fn scan(&mut self, pid: u32) {

@@ -19,8 +19,9 @@ use std::{
 use nvml_wrapper::{
     Device, Nvml,
     enum_wrappers::device::{Clock, PcieUtilCounter, Sampling, TemperatureSensor},
-    enums::device::SampleValue,
+    enums::{device::SampleValue, gpm::GpmMetricId},
     error::NvmlError,
+    gpm::{GpmSample, gpm_metrics_get},
 };
 use profiler_core::{
     clock::{ClockReadings, NvmlClock},
@@ -153,6 +154,18 @@ fn run(
     }
     let mut announced = false;
     let mut last_state = Instant::now() - STATE_EVERY;
+    // GPM needs two samples at least 100 ms apart; keep the last one per device, or None
+    // where the device (or the library) has no GPM.
+    let mut gpm: Vec<Option<Option<GpmSample<'_>>>> = watched
+        .iter()
+        .map(|w| {
+            let supported = nvml
+                .device_by_index(w.index)
+                .and_then(|d| d.gpm_support())
+                .unwrap_or(false);
+            supported.then_some(None)
+        })
+        .collect();
     while !stop.load(Ordering::Relaxed) {
         if last_state.elapsed() >= STATE_EVERY {
             last_state = Instant::now();
@@ -161,9 +174,13 @@ fn run(
             if changed || !announced {
                 announce(&watched, &tx, &mut announced);
             }
-            for w in &mut watched {
+            for (w, gpm) in watched.iter_mut().zip(gpm.iter_mut()) {
                 if let Ok(d) = nvml.device_by_index(w.index) {
-                    let _ = tx.send(Record::GpuState(state(&d, w.index)));
+                    let mut st = state(&d, w.index);
+                    if let Some(prev) = gpm.as_mut() {
+                        (st.sm_active_pct, st.sm_occupancy_pct) = sm_activity(&nvml, &d, prev);
+                    }
+                    let _ = tx.send(Record::GpuState(st));
                     process_util(&d, w, &traced, &tx);
                 }
             }
@@ -327,7 +344,41 @@ fn state(d: &Device<'_>, gpu: u32) -> GpuState {
         power_mw: d.power_usage().ok(),
         temperature_c: d.temperature(TemperatureSensor::Gpu).ok(),
         memory_used_bytes: d.memory_info().ok().map(|m| m.used),
+        sm_active_pct: None,
+        sm_occupancy_pct: None,
     }
+}
+
+/// SM activity and occupancy between the previous GPM sample and a new one, which replaces
+/// it. `None`s on the first call or when GPM fails.
+fn sm_activity<'n>(
+    nvml: &'n Nvml,
+    d: &Device<'n>,
+    prev: &mut Option<GpmSample<'n>>,
+) -> (Option<u32>, Option<u32>) {
+    let Ok(now) = d.gpm_sample() else {
+        return (None, None);
+    };
+    let out = match prev.as_ref() {
+        Some(before) => gpm_metrics_get(
+            nvml,
+            before,
+            &now,
+            &[GpmMetricId::SmUtil, GpmMetricId::SmOccupancy],
+        )
+        .map(|r| {
+            let v = |i: usize| {
+                r.get(i)
+                    .and_then(|m| m.as_ref().ok())
+                    .map(|m| m.value.clamp(0.0, 100.0).round() as u32)
+            };
+            (v(0), v(1))
+        })
+        .unwrap_or((None, None)),
+        None => (None, None),
+    };
+    *prev = Some(now);
+    out
 }
 
 fn process_util(d: &Device<'_>, w: &mut Watched, traced: &BTreeSet<u32>, tx: &Sender<Record>) {

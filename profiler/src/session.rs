@@ -43,6 +43,8 @@ pub struct Session {
     pids: Arc<Mutex<BTreeSet<u32>>>,
     files: FileNames,
     gpu: Option<GpuSampler>,
+    /// Processes already reported as mapping the CUDA driver library.
+    cuda: BTreeSet<u32>,
     comms: HashMap<u32, String>,
 }
 
@@ -76,6 +78,7 @@ impl Session {
             pids,
             files: FileNames::default(),
             gpu,
+            cuda: BTreeSet::new(),
             comms: HashMap::new(),
         }
     }
@@ -108,6 +111,21 @@ impl Session {
             self.decoder.decode(&item, &mut out);
         }
         self.write_all(out)
+    }
+
+    fn find_cuda(&mut self, pid: u32) -> anyhow::Result<()> {
+        if self.cuda.contains(&pid) {
+            return Ok(());
+        }
+        if let Some(path) = crate::files::cuda_library(pid) {
+            self.cuda.insert(pid);
+            self.writer.write(&Record::CudaLibrary {
+                ts_ns: monotonic_ns(),
+                pid,
+                path,
+            })?;
+        }
+        Ok(())
     }
 
     /// Writes a Tick; returns how many tracked threads are alive.
@@ -172,6 +190,7 @@ impl Session {
                             .unwrap_or_default();
                         for pid in pids {
                             self.files.scan(pid);
+                            self.find_cuda(pid)?;
                         }
                     }
                     if self.tick()? == 0 {

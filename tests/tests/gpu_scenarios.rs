@@ -61,6 +61,8 @@ impl Drop for Sim {
 struct Run {
     report: Value,
     truth: Vec<Value>,
+    pid: u32,
+    libs: PathBuf,
 }
 
 /// Runs `stallgen --scenario NAME` for `job_secs`, attaches stallscope for `record_secs`.
@@ -119,6 +121,8 @@ fn run(scenario: &str, job_secs: u32, record_secs: u32) -> Run {
     Run {
         report: parse_report(&f.stdout),
         truth,
+        pid,
+        libs: sim.libs.clone(),
     }
 }
 
@@ -155,6 +159,14 @@ fn assert_labelled(scenario: &str, cause: &str) {
         r.report["verdict"]["cause"], cause,
         "verdict: {}",
         r.report["verdict"]
+    );
+    // The driver library is found the way a real one is: in the job's /proc/PID/maps.
+    let cuda = &r.report["cuda_processes"][r.pid.to_string()];
+    assert_eq!(
+        cuda.as_str(),
+        Some(r.libs.join("libcuda.so.1").to_str().unwrap()),
+        "the job's libcuda.so.1: {}",
+        r.report["cuda_processes"]
     );
     let stall = &r.report["stalls"][0];
     assert_eq!(stall["cause"], cause, "the longest stall: {stall}");

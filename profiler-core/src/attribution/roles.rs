@@ -1,7 +1,8 @@
 //! Who feeds the GPU and who prepares its input. Until CUDA probes say which thread calls
-//! the driver, the feeder is the main thread of each process NVML saw on the GPU (or of each
-//! target process), as in a PyTorch training loop; the DataLoader workers are the threads of
-//! every other traced process.
+//! the driver, the feeder is the main thread of each process that uses the GPU, as in a
+//! PyTorch training loop: the processes NVML lists on the GPU, else those that mapped the CUDA
+//! driver library, else the target processes. The DataLoader workers are the threads of every
+//! other traced process.
 use std::collections::BTreeSet;
 
 use serde::Serialize;
@@ -22,6 +23,9 @@ impl Roles {
             .flat_map(|g| g.info.target_pids.iter().copied())
             .filter(|pid| a.processes.contains_key(pid))
             .collect();
+        if gpu_pids.is_empty() {
+            gpu_pids = a.cuda_processes.keys().copied().collect();
+        }
         if gpu_pids.is_empty() {
             gpu_pids = a.target_pids().iter().copied().collect();
         }
