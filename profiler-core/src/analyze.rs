@@ -339,9 +339,15 @@ impl Analyzer {
             .fold(0u64, |sum, e| sum.saturating_add(e.attempted));
         let gpus = finish_gpus(self.gpus);
         let mut timed = self.timed;
-        timed.cpu.sort_by_key(|s| s.ts_ns);
-        timed.off_cpu.sort_by_key(|s| s.ts_ns);
-        timed.block_io.sort_by_key(|s| s.ts_ns);
+        // Records arrive almost in time order; an in-place sort needs no buffer of half the
+        // list, which for an hour of samples is tens of megabytes.
+        timed
+            .cpu
+            .sort_unstable_by_key(|s| (s.ts_ns, s.tid, s.stack));
+        timed
+            .off_cpu
+            .sort_unstable_by_key(|s| (s.ts_ns, s.tid, s.stack));
+        timed.block_io.sort_unstable_by_key(|s| (s.ts_ns, s.tid));
         let mut analysis = Analysis {
             meta: self.meta,
             start_ns,

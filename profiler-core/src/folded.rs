@@ -13,9 +13,10 @@ use crate::model::Analysis;
 
 /// On-CPU stacks; the count is samples. Sorted, one entry per distinct stack.
 pub fn on_cpu_folded(a: &Analysis) -> Vec<String> {
+    let mut paths = Paths::new(a);
     let mut folded: BTreeMap<String, u64> = BTreeMap::new();
     for s in &a.cpu_samples {
-        let stack = stack_path(a, s.tid, s.pid, None, s.stack);
+        let stack = paths.path(s.tid, s.pid, None, s.stack);
         let count = folded.entry(stack).or_default();
         *count = count.saturating_add(s.samples);
     }
@@ -25,10 +26,11 @@ pub fn on_cpu_folded(a: &Analysis) -> Vec<String> {
 /// Off-CPU stacks; the count is microseconds (rounded) of scaled off-CPU time. Sorted, one entry
 /// per distinct stack; stacks under half a microsecond are left out.
 pub fn off_cpu_folded(a: &Analysis) -> Vec<String> {
+    let mut paths = Paths::new(a);
     let mut folded: BTreeMap<String, u64> = BTreeMap::new();
     for s in &a.off_cpu {
         let state = if s.io { "[io]" } else { "[blocked]" };
-        let stack = stack_path(a, s.tid, s.pid, Some(state), s.stack);
+        let stack = paths.path(s.tid, s.pid, Some(state), s.stack);
         let ns = folded.entry(stack).or_default();
         *ns = ns.saturating_add(s.scaled_ns);
     }
@@ -88,28 +90,51 @@ fn into_lines(folded: BTreeMap<String, u64>) -> Vec<String> {
         .collect()
 }
 
-fn stack_path(a: &Analysis, tid: u32, pid: u32, state: Option<&str>, stack: u32) -> String {
-    let process_comm = a.processes.get(&pid).map_or("", |p| p.comm.as_str());
-    let thread_comm = a.threads.get(&tid).map_or("", |t| t.comm.as_str());
-    let mut path = format!(
-        "{} ({pid});{} ({tid})",
-        sanitize(or_unknown(process_comm)),
-        sanitize(or_unknown(thread_comm))
-    );
-    if let Some(state) = state {
-        path.push(';');
-        path.push_str(state);
-    }
-    match a.stacks.get(&stack) {
-        Some(frames) => {
-            for frame in frames {
-                path.push(';');
-                path.push_str(&sanitize(frame));
-            }
+/// Builds `process;thread[;state];frames` paths, joining each stack's frames only once:
+/// a long recording has few distinct stacks but many (thread, stack) pairs.
+struct Paths<'a> {
+    a: &'a Analysis,
+    joined: crate::fxhash::FxHashMap<u32, String>,
+}
+
+impl<'a> Paths<'a> {
+    fn new(a: &'a Analysis) -> Self {
+        Self {
+            a,
+            joined: Default::default(),
         }
-        None => path.push_str(&format!(";[unknown stack {stack}]")),
     }
-    path
+
+    fn path(&mut self, tid: u32, pid: u32, state: Option<&str>, stack: u32) -> String {
+        let a = self.a;
+        let frames = self
+            .joined
+            .entry(stack)
+            .or_insert_with(|| match a.stacks.get(&stack) {
+                Some(frames) => {
+                    let mut out = String::new();
+                    for frame in frames {
+                        out.push(';');
+                        out.push_str(&sanitize(frame));
+                    }
+                    out
+                }
+                None => format!(";[unknown stack {stack}]"),
+            });
+        let process_comm = a.processes.get(&pid).map_or("", |p| p.comm.as_str());
+        let thread_comm = a.threads.get(&tid).map_or("", |t| t.comm.as_str());
+        let mut path = format!(
+            "{} ({pid});{} ({tid})",
+            sanitize(or_unknown(process_comm)),
+            sanitize(or_unknown(thread_comm))
+        );
+        if let Some(state) = state {
+            path.push(';');
+            path.push_str(state);
+        }
+        path.push_str(frames);
+        path
+    }
 }
 
 fn or_unknown(comm: &str) -> &str {
@@ -118,9 +143,12 @@ fn or_unknown(comm: &str) -> &str {
 
 /// `;` separates frames and a newline ends a line, so neither may appear inside a frame. An
 /// empty frame would merge with its neighbour's separator, so it gets a visible name.
-fn sanitize(frame: &str) -> String {
+fn sanitize(frame: &str) -> std::borrow::Cow<'_, str> {
     if frame.is_empty() {
-        return "[empty]".to_owned();
+        return "[empty]".into();
+    }
+    if !frame.contains([';', '\n', '\r']) {
+        return frame.into();
     }
     frame
         .chars()
@@ -129,7 +157,8 @@ fn sanitize(frame: &str) -> String {
             '\n' | '\r' => ' ',
             c => c,
         })
-        .collect()
+        .collect::<String>()
+        .into()
 }
 
 /// The stacks behind one cause's GPU idle time: samples of the threads that cause is about
@@ -148,26 +177,44 @@ pub fn cause_folded(a: &Analysis, cause: Cause) -> (Vec<String>, &'static str) {
         .map(|w| (w.0, w.1))
         .collect();
     windows.sort_unstable();
-    let pid_of = |tid: u32| a.threads.get(&tid).map_or(0, |t| t.pid);
-    let mut folded: BTreeMap<String, u64> = BTreeMap::new();
-    let mut seen_off_cpu = std::collections::BTreeSet::new();
+    // Windows of several GPUs overlap: merge them so that each sample counts once.
+    let mut merged: Vec<(u64, u64)> = Vec::with_capacity(windows.len());
     for (start, end) in windows {
+        match merged.last_mut() {
+            Some(last) if start <= last.1 => last.1 = last.1.max(end),
+            _ => merged.push((start, end)),
+        }
+    }
+    // Sum per (tid, stack) first and build each stack's text once: formatting a path per
+    // sample was most of a long recording's report time.
+    let mut totals: crate::fxhash::FxHashMap<(u32, u32), u64> = Default::default();
+    for (start, end) in merged {
         if cause == Cause::Disk {
             for s in in_window(&a.timed.off_cpu, |s| s.ts_ns, start, end) {
-                // Windows of several GPUs overlap: count each sample once.
-                if s.io && seen_off_cpu.insert((s.ts_ns, s.tid)) {
-                    let stack = stack_path(a, s.tid, pid_of(s.tid), Some("[io]"), s.stack);
-                    *folded.entry(stack).or_default() += s.duration_ns.saturating_add(500) / 1000;
+                if s.io {
+                    *totals.entry((s.tid, s.stack)).or_default() += s.duration_ns;
                 }
             }
         } else {
             for s in in_window(&a.timed.cpu, |s| s.ts_ns, start, end) {
                 if relevant(&attr.roles, cause, s.tid) {
-                    let stack = stack_path(a, s.tid, pid_of(s.tid), None, s.stack);
-                    *folded.entry(stack).or_default() += 1;
+                    *totals.entry((s.tid, s.stack)).or_default() += 1;
                 }
             }
         }
+    }
+    let pid_of = |tid: u32| a.threads.get(&tid).map_or(0, |t| t.pid);
+    let mut paths = Paths::new(a);
+    let mut folded: BTreeMap<String, u64> = BTreeMap::new();
+    for ((tid, stack), total) in totals {
+        let (state, value) = if cause == Cause::Disk {
+            (Some("[io]"), total.saturating_add(500) / 1000)
+        } else {
+            (None, total)
+        };
+        *folded
+            .entry(paths.path(tid, pid_of(tid), state, stack))
+            .or_default() += value;
     }
     let unit = if cause == Cause::Disk {
         "us"

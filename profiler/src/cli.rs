@@ -30,6 +30,9 @@ pub struct OutputArgs {
     /// Where to write flamegraphs and folded stacks (default: next to the recording).
     #[arg(long, value_name = "DIR")]
     pub flamegraph_dir: Option<PathBuf>,
+    /// Write no flamegraphs or folded stacks, only the report.
+    #[arg(long, conflicts_with = "flamegraph_dir")]
+    pub no_flamegraphs: bool,
 }
 
 #[derive(Debug, Args)]

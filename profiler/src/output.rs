@@ -35,7 +35,11 @@ pub fn render(recording: &Path, out: &OutputArgs) -> anyhow::Result<()> {
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_else(|| "stallscope".into());
-    let written = write_flamegraphs(&analysis, &dir, &stem)?;
+    let written = if out.no_flamegraphs {
+        Vec::new()
+    } else {
+        write_flamegraphs(&analysis, &dir, &stem)?
+    };
 
     let stdout = std::io::stdout();
     let mut stdout = stdout.lock();
@@ -58,26 +62,30 @@ fn write_flamegraphs(
     stem: &str,
 ) -> anyhow::Result<Vec<PathBuf>> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let mut written = Vec::new();
-    let mut sets = vec![
+    // One set at a time: a long recording's folded stacks run to tens of megabytes each.
+    type Fold<'a> = Box<dyn Fn() -> (Vec<String>, &'static str) + 'a>;
+    let mut sets: Vec<(String, &str, Fold<'_>)> = vec![
         (
-            "oncpu".to_string(),
+            "oncpu".into(),
             "On-CPU",
-            folded::on_cpu_folded(analysis),
-            "samples",
+            Box::new(|| (folded::on_cpu_folded(analysis), "samples")),
         ),
         (
-            "offcpu".to_string(),
+            "offcpu".into(),
             "Off-CPU",
-            folded::off_cpu_folded(analysis),
-            "us",
+            Box::new(|| (folded::off_cpu_folded(analysis), "us")),
         ),
     ];
     for cause in Cause::ALL {
-        let (lines, unit) = folded::cause_folded(analysis, cause);
-        sets.push((format!("cause-{}", cause.name()), cause.name(), lines, unit));
+        sets.push((
+            format!("cause-{}", cause.name()),
+            cause.name(),
+            Box::new(move || folded::cause_folded(analysis, cause)),
+        ));
     }
-    for (name, title, lines, unit) in sets {
+    let mut written = Vec::new();
+    for (name, title, fold) in sets {
+        let (lines, unit) = fold();
         if lines.is_empty() {
             continue;
         }
