@@ -12,7 +12,7 @@ use aya_ebpf::{
 use profiler_common::{BlockIo, IoKey, IoStart, kind};
 
 use crate::{
-    emit::{header, reserve},
+    emit::{header, reserve, wakeup_flags},
     maps::{INFLIGHT_IO, THREADS, offsets},
 };
 
@@ -115,7 +115,7 @@ pub fn block_rq_complete(ctx: TracePointContext) -> u32 {
             error: read::<i32>(&ctx, o.rq_complete_error).unwrap_or(0),
             _pad: 0,
         });
-        entry.submit(0);
+        entry.submit(wakeup_flags());
     }
     0
 }

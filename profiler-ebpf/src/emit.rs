@@ -1,7 +1,7 @@
 //! Ring-buffer output with exact loss accounting: every attempt is counted, and every refusal.
 use aya_ebpf::{
     EbpfContext,
-    bindings::BPF_F_USER_STACK,
+    bindings::{BPF_F_USER_STACK, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     helpers::{bpf_get_smp_processor_id, generated::bpf_get_stack},
     maps::ring_buf::RingBufEntry,
 };
@@ -27,6 +27,21 @@ pub fn reserve<T: 'static>(kind: u32) -> Option<RingBufEntry<T>> {
     let entry = EVENTS.reserve::<T>(0);
     count(kind, entry.is_none());
     entry
+}
+
+/// Unread bytes past which a record wakes the reader at once.
+const WAKE_AT_BYTES: u64 = 1 << 20;
+
+/// Submit flags: no wakeup per record (user space also drains on every tick, 50 ms by
+/// default), unless the ring buffer is filling up. A wakeup per record cost the traced
+/// workload a reader context switch per event.
+#[inline(always)]
+pub fn wakeup_flags() -> u64 {
+    if EVENTS.query(BPF_RB_AVAIL_DATA as u64) >= WAKE_AT_BYTES {
+        BPF_RB_FORCE_WAKEUP as u64
+    } else {
+        BPF_RB_NO_WAKEUP as u64
+    }
 }
 
 #[inline(always)]

@@ -8,7 +8,7 @@ use aya_ebpf::{
 use profiler_common::{CpuSample, kind};
 
 use crate::{
-    emit::{capture_stack, header, reserve},
+    emit::{capture_stack, header, reserve, wakeup_flags},
     maps::THREADS,
 };
 
@@ -31,7 +31,7 @@ pub fn cpu_sample(ctx: PerfEventContext) -> u32 {
             );
             capture_stack(&ctx, &raw mut (*rec).stack);
         }
-        entry.submit(0);
+        entry.submit(wakeup_flags());
     }
     0
 }

@@ -15,7 +15,7 @@ use aya_ebpf::{
 use profiler_common::{Header, OffCpuSample, ThreadExit, ThreadNew, ThreadStats, kind, state};
 
 use crate::{
-    emit::{capture_stack, header, reserve},
+    emit::{capture_stack, header, reserve, wakeup_flags},
     maps::{CPU_CURRENT, THREADS, config, offsets},
 };
 
@@ -125,7 +125,7 @@ fn switch_out(
                 (*rec)._pad = 0;
                 capture_stack(ctx, &raw mut (*rec).stack);
             }
-            entry.submit(0);
+            entry.submit(wakeup_flags());
             st.offcpu_sampled_ns = now;
             st.offcpu_pending = 1;
         }
@@ -140,7 +140,7 @@ fn end_offcpu(st: &mut ThreadStats, tid: u32, now: u64) {
     st.offcpu_pending = 0;
     if let Some(mut entry) = reserve::<Header>(kind::OFFCPU_END) {
         entry.write(header(kind::OFFCPU_END, tid, st.tgid, now));
-        entry.submit(0);
+        entry.submit(wakeup_flags());
     }
 }
 
@@ -197,7 +197,7 @@ pub fn sched_process_fork(ctx: BtfTracePointContext) -> i32 {
             parent_tid,
             _pad: 0,
         });
-        entry.submit(0);
+        entry.submit(wakeup_flags());
     }
     0
 }
@@ -219,7 +219,7 @@ pub fn sched_process_exit(ctx: BtfTracePointContext) -> i32 {
             comm: bpf_get_current_comm().unwrap_or([0; 16]),
             stats: *st,
         });
-        entry.submit(0);
+        entry.submit(wakeup_flags());
     }
     let _ = THREADS.remove(tid);
     let _ = ctx.as_ptr();
@@ -240,7 +240,7 @@ pub fn sched_process_exec(_ctx: BtfTracePointContext) -> i32 {
             parent_tid: 0,
             _pad: 0,
         });
-        entry.submit(0);
+        entry.submit(wakeup_flags());
     }
     0
 }
