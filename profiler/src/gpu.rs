@@ -34,7 +34,7 @@ const DEFAULT_LIB: &str = "libnvidia-ml.so.1";
 const DEFAULT_PERIOD_NS: u64 = 166_667_000;
 const STATE_EVERY: Duration = Duration::from_millis(500);
 
-fn clock_ns(id: libc::clockid_t) -> u64 {
+pub fn clock_ns(id: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,

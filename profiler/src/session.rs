@@ -22,14 +22,9 @@ use tokio::{
 
 use crate::{events::Decoder, files::FileNames, gpu::GpuSampler, target};
 
+/// CLOCK_MONOTONIC in ns: the clock of `bpf_ktime_get_ns` and of every record.
 pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid out-pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    crate::gpu::clock_ns(libc::CLOCK_MONOTONIC)
 }
 
 pub struct Session {
