@@ -39,6 +39,9 @@ fn comm_string(comm: &[u8; 16]) -> String {
     String::from_utf8_lossy(&comm[..end]).into_owned()
 }
 
+/// How many raw stacks the decoder remembers before starting over.
+const RAW_STACKS_KEPT: usize = 16_384;
+
 struct PendingOffCpu {
     ts_ns: u64,
     pid: u32,
@@ -78,6 +81,11 @@ impl Decoder {
         let (id, new) = self.stacks.intern(frames);
         if let Some(frames) = new {
             out.push(Record::Stack { id, frames });
+        }
+        // Raw stacks are up to 1.5 KiB each and a long run can see many: forget them rather
+        // than grow without bound (names stay cached per address, ids per named stack).
+        if self.raw.len() >= RAW_STACKS_KEPT {
+            self.raw.clear();
         }
         self.raw.insert(key, id);
         id

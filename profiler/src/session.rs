@@ -40,6 +40,9 @@ pub struct Session {
     gpu: Option<GpuSampler>,
     /// Processes already reported as mapping the CUDA driver library.
     cuda: BTreeSet<u32>,
+    /// When the last Tick was taken: the recording ends there, since the accounting is
+    /// exact only while the programs are attached.
+    last_tick_ns: u64,
     comms: HashMap<u32, String>,
 }
 
@@ -74,6 +77,7 @@ impl Session {
             files: FileNames::default(),
             gpu,
             cuda: BTreeSet::new(),
+            last_tick_ns: 0,
             comms: HashMap::new(),
         }
     }
@@ -126,6 +130,7 @@ impl Session {
     /// Writes a Tick; returns how many tracked threads are alive.
     fn tick(&mut self) -> anyhow::Result<usize> {
         let now = monotonic_ns();
+        self.last_tick_ns = now;
         let mut threads = Vec::new();
         for entry in self.threads.iter() {
             let Ok((tid, st)) = entry else { continue };
@@ -200,8 +205,10 @@ impl Session {
                 _ = &mut deadline, if duration.is_some() => break EndReason::Duration,
             }
         };
-        // Detach first, so that every event the kernel counted as attempted has reached the
-        // ring buffer before the final drain: the loss accounting then closes exactly.
+        // The last snapshot while the programs still keep the accounting current; then detach,
+        // so that every event the kernel counted as attempted has reached the ring buffer
+        // before the final drain: the loss accounting then closes exactly.
+        self.tick()?;
         crate::loader::detach_all(&mut self.ebpf);
         std::thread::sleep(Duration::from_millis(20));
         self.drain(ring.get_mut())?;
@@ -210,8 +217,7 @@ impl Session {
     }
 
     fn finish(&mut self, reason: EndReason) -> anyhow::Result<()> {
-        self.tick()?;
-        let now = monotonic_ns();
+        let now = self.last_tick_ns;
         let mut out = Vec::new();
         self.decoder.finish(now, &mut out);
         // Thread names can change (prctl, exec) without an event: take the last word.

@@ -177,8 +177,18 @@ fn attribute_gpu(
     };
     let mut open: Option<Stall> = None;
     let mut stalls = Vec::new();
+    // Only periods the host timeline covers can be explained: NVML publishes samples late,
+    // so the last ones can reach past the final tick, into the recorder's own shutdown.
+    let covered = a
+        .timeline
+        .first()
+        .zip(a.timeline.last())
+        .map(|(first, last)| (first.start_ns, last.end_ns));
     for s in &g.samples {
         let (start, end) = (s.start_ns(), s.ts_ns);
+        if covered.is_some_and(|(from, to)| end > to || start < from) {
+            continue;
+        }
         let idle = s.idle_ns();
         out.observed_ns += s.period_ns;
         out.idle_ns += idle;

@@ -13,7 +13,7 @@ use crate::sys;
 pub const SAMPLES: usize = 256;
 /// Bytes per sample file: one readahead window, so a cold read is one disk request.
 pub const SAMPLE_BYTES: usize = 128 * 1024;
-const READ_CHUNK_BYTES: usize = 64 * 1024;
+const READ_CHUNK_BYTES: usize = SAMPLE_BYTES;
 
 pub struct Dataset {
     files: Vec<PathBuf>,
