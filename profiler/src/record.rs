@@ -174,12 +174,14 @@ pub fn run(args: RecordArgs) -> anyhow::Result<i32> {
         EndReason::Signal => eprintln!("stallscope: interrupted; recording flushed"),
         EndReason::Duration => {}
     }
-    let mut code = 0;
+    // The recording's success is stallscope's exit status; the command's is reported.
     if let Some(l) = launched.take() {
-        code = l.wait_exit_code();
+        let code = l.wait_exit_code();
+        if code != 0 {
+            eprintln!("stallscope: the command exited with status {code}");
+        }
     }
     output::render(&path, &args.out)?;
     eprintln!("stallscope: recording saved to {}", path.display());
-    let _ = code;
     Ok(0)
 }
