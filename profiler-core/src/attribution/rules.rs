@@ -6,13 +6,15 @@
 //!   queued after a `sched_yield`), so the feeder's on-CPU time, then its run-queue time,
 //!   first covers the busy part; only the rest is its own work or real contention.
 //! - `cpu_contention = feeder_runqueue_beyond_busy + feeder_blocked × 2 × workers_runqueue_share`
-//! - `disk = feeder_io_wait + feeder_blocked × 2 × workers_io_wait_share`
+//! - `disk = feeder_io_wait + feeder_blocked × 3 × workers_io_wait_share`
 //! - `dataloader_cpu = feeder_blocked × workers_on_cpu_share`
 //!
 //! The factor 2: workers that waited for a CPU, or for IO, at least half as long as they ran
 //! would have had their batches ready without the wait, so the wait is the cause, not their
 //! computing. A queue for CPUs is contention whoever takes them (another job, or more workers
-//! than the host has CPUs). `dataloader_cpu` is left for workers that mostly compute.
+//! than the host has CPUs). `dataloader_cpu` is left for workers that mostly compute. IO gets
+//! a factor 3: a cold read also costs on-CPU time (the kernel copying pages, page-cache
+//! work), so IO wait alone understates what reading from disk took.
 //!
 //! where a worker share is that state's part of the workers' *active* time (on-CPU, queued
 //! or in IO): what the workers were doing while the feeder waited for them. The highest
@@ -50,7 +52,7 @@ pub fn label_window(host: &HostWindow, busy: f64) -> Label {
     let spin_left = (busy - f.on_cpu).max(0.0);
     let scores = [
         f.blocked * w_on,
-        f.io_wait + f.blocked * 2.0 * w_io,
+        f.io_wait + f.blocked * 3.0 * w_io,
         (f.runqueue - spin_left).max(0.0) + f.blocked * 2.0 * w_rq,
         (f.on_cpu - busy).max(0.0),
     ];
