@@ -38,36 +38,35 @@ impl StateFile {
     /// of the ring (interval older than 60 s) are left alone.
     fn credit_buckets(&self, start_ns: u64, end_ns: u64) {
         for (bucket, ns) in split_interval(start_ns, end_ns, BUCKET_NS) {
-            let slot = &self.buckets[(bucket % BUCKET_RING as u64) as usize];
-            let tag = bucket + 1;
-            let current = slot.tag.load(Relaxed);
-            if current > tag {
-                continue;
+            if let Some(slot) = self.claim_bucket(bucket) {
+                slot.busy_ns.fetch_add(ns, Relaxed);
             }
-            if current < tag {
-                slot.tag.store(tag, Relaxed);
-                slot.busy_ns.store(0, Relaxed);
-                slot.tx_bytes.store(0, Relaxed);
-                slot.rx_bytes.store(0, Relaxed);
-            }
-            slot.busy_ns.fetch_add(ns, Relaxed);
         }
+    }
+
+    /// The ring slot of `bucket`, cleared first if it still holds an older lap; `None` when
+    /// a newer lap already reused it (the bucket is over 60 s old).
+    fn claim_bucket(&self, bucket: u64) -> Option<&crate::layout::Bucket> {
+        let slot = &self.buckets[(bucket % BUCKET_RING as u64) as usize];
+        let tag = bucket + 1;
+        let current = slot.tag.load(Relaxed);
+        if current > tag {
+            return None;
+        }
+        if current < tag {
+            slot.tag.store(tag, Relaxed);
+            slot.busy_ns.store(0, Relaxed);
+            slot.tx_bytes.store(0, Relaxed);
+            slot.rx_bytes.store(0, Relaxed);
+        }
+        Some(slot)
     }
 
     fn credit_copy_buckets(&self, direction: Direction, start_ns: u64, end_ns: u64, bytes: u64) {
         for (bucket, part) in split_bytes(start_ns, end_ns, bytes) {
-            let slot = &self.buckets[(bucket % BUCKET_RING as u64) as usize];
-            let tag = bucket + 1;
-            let current = slot.tag.load(Relaxed);
-            if current > tag {
+            let Some(slot) = self.claim_bucket(bucket) else {
                 continue;
-            }
-            if current < tag {
-                slot.tag.store(tag, Relaxed);
-                slot.busy_ns.store(0, Relaxed);
-                slot.tx_bytes.store(0, Relaxed);
-                slot.rx_bytes.store(0, Relaxed);
-            }
+            };
             match direction {
                 Direction::HostToDevice => slot.rx_bytes.fetch_add(part, Relaxed),
                 Direction::DeviceToHost => slot.tx_bytes.fetch_add(part, Relaxed),
