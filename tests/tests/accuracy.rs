@@ -123,8 +123,10 @@ fn cold_reader_waits_on_io() {
     // to add up (with on-CPU and queued time) to far more than the window whenever eBPF
     // programs hooked the scheduler, even ones tracing another process. A likely cause:
     // since 6.12, a delayed dequeue stamps the IO-wait start on `current`, not on the task
-    // that blocked. An oracle over 100% proves nothing, so it is used only when it adds up.
-    if o.on_cpu + o.runqueue + o.blkio <= 1.0 + TOLERANCE {
+    // that blocked. An oracle over 100% proves nothing, so it is used only when it adds up:
+    // within 2% of the window, since whatever it is over by is its own error (a run at 104.8%
+    // put a correct 65.4% five points below its 70.6%) and would eat the tolerance.
+    if o.on_cpu + o.runqueue + o.blkio <= 1.02 {
         assert_close(
             "cold reader IO wait vs delay accounting",
             s.io_wait,
