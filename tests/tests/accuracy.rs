@@ -13,8 +13,8 @@ use common::{
     oracle::{COUNTERS_EVERY, STATES_EVERY, Sampler, Samples},
     procfs, serial,
     stallscope::{
-        Recording, TOLERANCE, assert_close, assert_covers_window, assert_in_range, record, split,
-        thread, u64_field, window,
+        Recording, assert_close, assert_covers_window, assert_in_range, record, split, thread,
+        u64_field, window,
     },
     workload::Workload,
 };
