@@ -12,7 +12,7 @@ use std::ffi::c_void;
 use crate::driver::{current_ctx, driver, wait_all};
 use crate::engine::{CopyKind, Source, Work};
 use crate::result::{CUDA_ERROR_INVALID_VALUE, CUresult, CuResult};
-use crate::{guarded, handle};
+use crate::{guarded, handle, per_thread};
 
 type CUdeviceptr = u64;
 type CUstream = *mut c_void;
@@ -117,11 +117,12 @@ unsafe fn device_to_host(
     Ok(())
 }
 
-/// cuMemcpyAsync: the direction follows from the addresses (unified addressing).
+/// cuMemcpyAsync and cuMemcpy (`wait`): the direction follows from the addresses (unified
+/// addressing).
 ///
 /// # Safety
 /// Host-side addresses must be valid for `bytes` bytes until the copy completes.
-unsafe fn copy_unified(dst: u64, src: u64, bytes: usize, stream: u64) -> CuResult<()> {
+unsafe fn copy_unified(dst: u64, src: u64, bytes: usize, stream: u64, wait: bool) -> CuResult<()> {
     let driver = driver()?;
     let (dst_on_device, src_on_device) = {
         let tables = driver.tables();
@@ -130,35 +131,40 @@ unsafe fn copy_unified(dst: u64, src: u64, bytes: usize, stream: u64) -> CuResul
     match (dst_on_device, src_on_device) {
         // SAFETY: forwarded caller contract.
         (true, false) => unsafe {
-            host_to_device(dst, src as usize as *const c_void, bytes, stream, false)
+            host_to_device(dst, src as usize as *const c_void, bytes, stream, wait)
         },
         // SAFETY: forwarded caller contract.
         (false, true) => unsafe {
-            device_to_host(dst as usize as *mut c_void, src, bytes, stream, false)
+            device_to_host(dst as usize as *mut c_void, src, bytes, stream, wait)
         },
         (true, true) | (false, false) => {
             if bytes == 0 {
                 return Ok(());
             }
-            let mut tables = driver.tables();
-            let key = tables.stream(stream, current_ctx())?;
-            let (kind, source, dest) = if dst_on_device {
-                let source = tables.memory.device_span(src, bytes)?;
-                let dest = tables.memory.device_span(dst, bytes)?;
-                (CopyKind::DeviceToDevice, source, dest)
-            } else {
-                if dst == 0 || src == 0 {
-                    return Err(CUDA_ERROR_INVALID_VALUE);
-                }
-                (CopyKind::HostToHost, src as usize, dst as usize)
+            let op = {
+                let mut tables = driver.tables();
+                let key = tables.stream(stream, current_ctx())?;
+                let (kind, source, dest) = if dst_on_device {
+                    let source = tables.memory.device_span(src, bytes)?;
+                    let dest = tables.memory.device_span(dst, bytes)?;
+                    (CopyKind::DeviceToDevice, source, dest)
+                } else {
+                    if dst == 0 || src == 0 {
+                        return Err(CUDA_ERROR_INVALID_VALUE);
+                    }
+                    (CopyKind::HostToHost, src as usize, dst as usize)
+                };
+                let work = Work::Copy {
+                    kind,
+                    source: Source::Addr(source),
+                    dest,
+                    bytes,
+                };
+                driver.submit(&mut tables, key, work)
             };
-            let work = Work::Copy {
-                kind,
-                source: Source::Addr(source),
-                dest,
-                bytes,
-            };
-            driver.submit(&mut tables, key, work);
+            if wait {
+                wait_all(&[op]);
+            }
             Ok(())
         }
     }
@@ -192,8 +198,9 @@ pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2_ptsz(
     bytes: usize,
     stream: CUstream,
 ) -> CUresult {
+    let stream = per_thread(handle(stream));
     // SAFETY: forwarded caller contract (cuda.h).
-    unsafe { cuMemcpyHtoDAsync_v2(dst, src, bytes, stream) }
+    guarded(|| unsafe { host_to_device(dst, src, bytes, stream, false) })
 }
 
 #[unsafe(no_mangle)]
@@ -224,8 +231,9 @@ pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2_ptsz(
     bytes: usize,
     stream: CUstream,
 ) -> CUresult {
+    let stream = per_thread(handle(stream));
     // SAFETY: forwarded caller contract (cuda.h).
-    unsafe { cuMemcpyDtoHAsync_v2(dst, src, bytes, stream) }
+    guarded(|| unsafe { device_to_host(dst, src, bytes, stream, false) })
 }
 
 #[unsafe(no_mangle)]
@@ -236,7 +244,7 @@ pub unsafe extern "C" fn cuMemcpyAsync(
     stream: CUstream,
 ) -> CUresult {
     // SAFETY: forwarded caller contract (cuda.h).
-    guarded(|| unsafe { copy_unified(dst, src, bytes, handle(stream)) })
+    guarded(|| unsafe { copy_unified(dst, src, bytes, handle(stream), false) })
 }
 
 #[unsafe(no_mangle)]
@@ -246,6 +254,14 @@ pub unsafe extern "C" fn cuMemcpyAsync_ptsz(
     bytes: usize,
     stream: CUstream,
 ) -> CUresult {
+    let stream = per_thread(handle(stream));
     // SAFETY: forwarded caller contract (cuda.h).
-    unsafe { cuMemcpyAsync(dst, src, bytes, stream) }
+    guarded(|| unsafe { copy_unified(dst, src, bytes, stream, false) })
+}
+
+/// Synchronous copy in whichever direction the addresses say, on the legacy default stream.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuMemcpy(dst: CUdeviceptr, src: CUdeviceptr, bytes: usize) -> CUresult {
+    // SAFETY: forwarded caller contract (cuda.h).
+    guarded(|| unsafe { copy_unified(dst, src, bytes, 0, true) })
 }

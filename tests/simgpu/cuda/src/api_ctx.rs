@@ -6,27 +6,26 @@ use std::ffi::{c_int, c_uint, c_void};
 
 use crate::driver::{Driver, current_ctx, driver, set_current_ctx, wait_all};
 use crate::memory::unmap;
-use crate::result::{CUDA_ERROR_INVALID_CONTEXT, CUDA_ERROR_INVALID_DEVICE, CUresult, CuResult};
+use crate::result::{CUDA_ERROR_INVALID_CONTEXT, CUresult, CuResult};
 use crate::tables::{Context, Tables};
 use crate::{guarded, handle, to_handle, write_out};
 
 type CUcontext = *mut c_void;
 
-fn check_device(dev: c_int) -> CuResult<()> {
-    if dev == 0 {
-        Ok(())
-    } else {
-        Err(CUDA_ERROR_INVALID_DEVICE)
-    }
-}
-
-/// Adds a context to the tables and the shared state; returns its handle.
-fn create_context(driver: &Driver, tables: &mut Tables, primary: bool) -> CuResult<u64> {
-    driver.register()?;
+/// Adds a context on GPU `dev` to the tables and the shared state; returns its handle.
+fn create_context(
+    driver: &'static Driver,
+    tables: &mut Tables,
+    dev: c_int,
+    primary: bool,
+) -> CuResult<u64> {
+    let device = driver.gpu(dev)?.index();
+    driver.register(device)?;
     let ctx = tables.new_handle();
     tables.contexts.insert(
         ctx,
         Context {
+            device,
             primary,
             default_tail: None,
         },
@@ -38,17 +37,18 @@ fn create_context(driver: &Driver, tables: &mut Tables, primary: bool) -> CuResu
 fn destroy_context(driver: &Driver, ctx: u64) -> CuResult<()> {
     let pending = driver.tables().pending_in_ctx(ctx);
     wait_all(&pending);
-    let allocs = {
+    let (device, allocs) = {
         let mut tables = driver.tables();
-        tables.context(ctx)?;
-        tables.remove_context(ctx)
+        let device = tables.context(ctx)?.device;
+        (device, tables.remove_context(ctx))
     };
+    let gpu = driver.gpu(device as c_int)?;
     for (backing, reservation, len) in allocs {
         unmap(backing, len);
         unmap(reservation as usize, len);
-        driver.device.free_mem(driver.pid, len as u64);
+        gpu.free_mem(driver.pid, len as u64);
     }
-    driver.unregister();
+    driver.unregister(device);
     if current_ctx() == ctx {
         set_current_ctx(0);
     }
@@ -64,11 +64,11 @@ pub unsafe extern "C" fn cuCtxCreate_v2(
 ) -> CUresult {
     guarded(|| {
         let driver = driver()?;
-        check_device(dev)?;
+        driver.gpu(dev)?;
         if pctx.is_null() {
             return Err(crate::result::CUDA_ERROR_INVALID_VALUE);
         }
-        let ctx = create_context(driver, &mut driver.tables(), false)?;
+        let ctx = create_context(driver, &mut driver.tables(), dev, false)?;
         set_current_ctx(ctx);
         // SAFETY: `pctx` is a non-null out-pointer, per the API contract.
         unsafe { write_out(pctx, to_handle(ctx)) }
@@ -118,21 +118,36 @@ pub unsafe extern "C" fn cuCtxGetCurrent(pctx: *mut CUcontext) -> CUresult {
     })
 }
 
+/// The GPU of the calling thread's current context.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuCtxGetDevice(device: *mut c_int) -> CUresult {
+    guarded(|| {
+        let driver = driver()?;
+        let ordinal = {
+            let tables = driver.tables();
+            let ctx = driver.require_ctx(&tables)?;
+            tables.context(ctx)?.device as c_int
+        };
+        // SAFETY: `device` is NULL or an out-pointer, per the API contract.
+        unsafe { write_out(device, ordinal) }
+    })
+}
+
 /// Returns the primary context, creating it on the first retain; does not make it current.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(pctx: *mut CUcontext, dev: c_int) -> CUresult {
     guarded(|| {
         let driver = driver()?;
-        check_device(dev)?;
+        let device = driver.gpu(dev)?.index();
         if pctx.is_null() {
             return Err(crate::result::CUDA_ERROR_INVALID_VALUE);
         }
         let mut tables = driver.tables();
-        let (ctx, refs) = match tables.primary {
+        let (ctx, refs) = match tables.primary.get(&device).copied() {
             Some((ctx, refs)) => (ctx, refs + 1),
-            None => (create_context(driver, &mut tables, true)?, 1),
+            None => (create_context(driver, &mut tables, dev, true)?, 1),
         };
-        tables.primary = Some((ctx, refs));
+        tables.primary.insert(device, (ctx, refs));
         drop(tables);
         // SAFETY: `pctx` is a non-null out-pointer, per the API contract.
         unsafe { write_out(pctx, to_handle(ctx)) }
@@ -143,12 +158,15 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(pctx: *mut CUcontext, dev: c_i
 pub extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: c_int) -> CUresult {
     guarded(|| {
         let driver = driver()?;
-        check_device(dev)?;
+        let device = driver.gpu(dev)?.index();
         let ctx = {
             let mut tables = driver.tables();
-            let (ctx, refs) = tables.primary.ok_or(CUDA_ERROR_INVALID_CONTEXT)?;
-            tables.primary = (refs > 1).then_some((ctx, refs - 1));
+            let (ctx, refs) = tables
+                .primary
+                .remove(&device)
+                .ok_or(CUDA_ERROR_INVALID_CONTEXT)?;
             if refs > 1 {
+                tables.primary.insert(device, (ctx, refs - 1));
                 return Ok(());
             }
             ctx

@@ -4,20 +4,15 @@ use std::ffi::{c_char, c_int, c_uint};
 use simgpu_state::device;
 
 use crate::driver::{driver, init};
-use crate::result::{
-    self, CUDA_ERROR_INVALID_DEVICE, CUDA_ERROR_INVALID_VALUE, CUresult, CuResult,
-};
+use crate::result::{self, CUDA_ERROR_INVALID_VALUE, CUresult, CuResult};
 use crate::{guarded, write_out};
 
-/// `CUdevice` is an int ordinal; the simulated machine has device 0 only.
+/// `CUdevice` is an int ordinal, 0 to the machine's GPU count minus one.
 type CUdevice = c_int;
 
-fn check_device(dev: CUdevice) -> CuResult<()> {
-    if dev == 0 {
-        Ok(())
-    } else {
-        Err(CUDA_ERROR_INVALID_DEVICE)
-    }
+/// Checks that GPU `dev` exists; returns its index.
+fn check_device(dev: CUdevice) -> CuResult<u32> {
+    Ok(driver()?.gpu(dev)?.index())
 }
 
 #[unsafe(no_mangle)]
@@ -40,16 +35,15 @@ pub unsafe extern "C" fn cuDriverGetVersion(version: *mut c_int) -> CUresult {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDeviceGetCount(count: *mut c_int) -> CUresult {
     guarded(|| {
-        driver()?;
+        let n = driver()?.device_count();
         // SAFETY: `count` is NULL or an out-pointer, per the API contract.
-        unsafe { write_out(count, 1) }
+        unsafe { write_out(count, n) }
     })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDeviceGet(dev: *mut CUdevice, ordinal: c_int) -> CUresult {
     guarded(|| {
-        driver()?;
         check_device(ordinal)?;
         // SAFETY: `dev` is NULL or an out-pointer, per the API contract.
         unsafe { write_out(dev, ordinal) }
@@ -59,7 +53,6 @@ pub unsafe extern "C" fn cuDeviceGet(dev: *mut CUdevice, ordinal: c_int) -> CUre
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDeviceGetName(name: *mut c_char, len: c_int, dev: CUdevice) -> CUresult {
     guarded(|| {
-        driver()?;
         check_device(dev)?;
         let len = usize::try_from(len).map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
         if name.is_null() || len == 0 {
@@ -79,7 +72,6 @@ pub unsafe extern "C" fn cuDeviceGetName(name: *mut c_char, len: c_int, dev: CUd
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: CUdevice) -> CUresult {
     guarded(|| {
-        driver()?;
         check_device(dev)?;
         let total =
             usize::try_from(device::MEMORY_TOTAL_BYTES).map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
@@ -88,8 +80,8 @@ pub unsafe extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: CUdevice) -
     })
 }
 
-/// The attribute values we answer (CUdevice_attribute numbers from cuda.h).
-fn attribute(attrib: c_int) -> Option<c_int> {
+/// The attribute values we answer for GPU `index` (CUdevice_attribute numbers from cuda.h).
+fn attribute(attrib: c_int, index: u32) -> Option<c_int> {
     Some(match attrib {
         1 => 1024,                                       // MAX_THREADS_PER_BLOCK
         2 | 3 => 1024,                                   // MAX_BLOCK_DIM_X, _Y
@@ -102,7 +94,7 @@ fn attribute(attrib: c_int) -> Option<c_int> {
         16 => device::SM_COUNT,                          // MULTIPROCESSOR_COUNT
         19 => 1,                                         // CAN_MAP_HOST_MEMORY
         31 => 1,                                         // CONCURRENT_KERNELS
-        33 => device::PCI_BUS as c_int,                  // PCI_BUS_ID
+        33 => device::pci_bus(index) as c_int,           // PCI_BUS_ID
         34 => device::PCI_DEVICE as c_int,               // PCI_DEVICE_ID
         36 => device::MEM_CLOCK_MHZ as c_int * 1000,     // MEMORY_CLOCK_RATE (kHz)
         37 => 5120,                                      // GLOBAL_MEMORY_BUS_WIDTH
@@ -123,9 +115,8 @@ pub unsafe extern "C" fn cuDeviceGetAttribute(
     dev: CUdevice,
 ) -> CUresult {
     guarded(|| {
-        driver()?;
-        check_device(dev)?;
-        let v = attribute(attrib).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        let index = check_device(dev)?;
+        let v = attribute(attrib, index).ok_or(CUDA_ERROR_INVALID_VALUE)?;
         // SAFETY: `value` is NULL or an out-pointer, per the API contract.
         unsafe { write_out(value, v) }
     })
@@ -159,9 +150,11 @@ mod tests {
 
     #[test]
     fn attributes_are_answered_or_rejected() {
-        assert_eq!(attribute(75), Some(9));
-        assert_eq!(attribute(16), Some(132));
-        assert_eq!(attribute(9999), None);
+        assert_eq!(attribute(75, 0), Some(9));
+        assert_eq!(attribute(16, 0), Some(132));
+        assert_eq!(attribute(33, 0), Some(0x1b));
+        assert_eq!(attribute(33, 1), Some(0x43));
+        assert_eq!(attribute(9999, 0), None);
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! Modules, functions and kernel launches.
+//! Modules, functions, kernel launches and host functions.
 //!
 //! A kernel runs for as many nanoseconds as its first parameter says: `kernelParams[0]` points
 //! to a u64. That is the signature of stallgen's PTX kernel `spin(u64 ns)`, so the same workload
@@ -6,14 +6,14 @@
 use std::ffi::{CStr, c_char, c_uint, c_void};
 
 use crate::driver::{current_ctx, driver};
-use crate::engine::{MAX_KERNEL_NS, Work};
+use crate::engine::{HostFn, MAX_KERNEL_NS, Work};
 use crate::ptx::{self, Image};
 use crate::result::{
     CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_INVALID_IMAGE, CUDA_ERROR_INVALID_VALUE,
     CUDA_ERROR_NOT_FOUND, CUresult, CuResult,
 };
 use crate::tables::{FunctionInfo, ModuleInfo};
-use crate::{guarded, handle, to_handle, write_out};
+use crate::{guarded, handle, per_thread, to_handle, write_out};
 
 type CUmodule = *mut c_void;
 type CUfunction = *mut c_void;
@@ -246,27 +246,37 @@ pub unsafe extern "C" fn cuLaunchKernel_ptsz(
     block_x: c_uint,
     block_y: c_uint,
     block_z: c_uint,
-    shared_mem_bytes: c_uint,
+    _shared_mem_bytes: c_uint,
     stream: CUstream,
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
 ) -> CUresult {
+    let (grid, block) = ([grid_x, grid_y, grid_z], [block_x, block_y, block_z]);
+    let stream = per_thread(handle(stream));
     // SAFETY: forwarded caller contract (cuda.h).
-    unsafe {
-        cuLaunchKernel(
-            f,
-            grid_x,
-            grid_y,
-            grid_z,
-            block_x,
-            block_y,
-            block_z,
-            shared_mem_bytes,
-            stream,
-            params,
-            extra,
-        )
+    guarded(|| unsafe { launch(f, grid, block, stream, params, extra) })
+}
+
+/// cuLaunchKernelEx's body; `ptsz` for the per-thread default stream variant.
+///
+/// # Safety
+/// As for cuLaunchKernelEx.
+unsafe fn launch_ex(
+    config: *const CUlaunchConfig,
+    f: CUfunction,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+    ptsz: bool,
+) -> CuResult<()> {
+    if config.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
     }
+    // SAFETY: a non-null config points to a CUlaunchConfig (API contract).
+    let config = unsafe { &*config };
+    let stream = handle(config.stream);
+    let stream = if ptsz { per_thread(stream) } else { stream };
+    // SAFETY: forwarded caller contract (cuda.h).
+    unsafe { launch(f, config.grid_dim, config.block_dim, stream, params, extra) }
 }
 
 #[unsafe(no_mangle)]
@@ -276,24 +286,8 @@ pub unsafe extern "C" fn cuLaunchKernelEx(
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
 ) -> CUresult {
-    guarded(|| {
-        if config.is_null() {
-            return Err(CUDA_ERROR_INVALID_VALUE);
-        }
-        // SAFETY: a non-null config points to a CUlaunchConfig (API contract).
-        let config = unsafe { &*config };
-        // SAFETY: forwarded caller contract (cuda.h).
-        unsafe {
-            launch(
-                f,
-                config.grid_dim,
-                config.block_dim,
-                handle(config.stream),
-                params,
-                extra,
-            )
-        }
-    })
+    // SAFETY: forwarded caller contract (cuda.h).
+    guarded(|| unsafe { launch_ex(config, f, params, extra, false) })
 }
 
 #[unsafe(no_mangle)]
@@ -304,7 +298,41 @@ pub unsafe extern "C" fn cuLaunchKernelEx_ptsz(
     extra: *mut *mut c_void,
 ) -> CUresult {
     // SAFETY: forwarded caller contract (cuda.h).
-    unsafe { cuLaunchKernelEx(config, f, params, extra) }
+    guarded(|| unsafe { launch_ex(config, f, params, extra, true) })
+}
+
+/// Queues `func(data)` on `stream`.
+fn launch_host_func(stream: u64, func: Option<HostFn>, data: *mut c_void) -> CuResult<()> {
+    let driver = driver()?;
+    let func = func.ok_or(CUDA_ERROR_INVALID_VALUE)?;
+    let mut tables = driver.tables();
+    let key = tables.stream(stream, current_ctx())?;
+    let work = Work::Host {
+        func,
+        data: data as usize,
+    };
+    driver.submit(&mut tables, key, work);
+    Ok(())
+}
+
+/// Runs `func(data)` on a driver thread once the stream's earlier work is done; later work waits
+/// for it to return. The GPU counts as idle meanwhile (no kernel runs).
+#[unsafe(no_mangle)]
+pub extern "C" fn cuLaunchHostFunc(
+    stream: CUstream,
+    func: Option<HostFn>,
+    data: *mut c_void,
+) -> CUresult {
+    guarded(|| launch_host_func(handle(stream), func, data))
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuLaunchHostFunc_ptsz(
+    stream: CUstream,
+    func: Option<HostFn>,
+    data: *mut c_void,
+) -> CUresult {
+    guarded(|| launch_host_func(per_thread(handle(stream)), func, data))
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //!
 //! Frees synchronize first, as the real cuMemFree / cuMemFreeHost do, so the engines never touch
 //! unmapped memory.
-use std::ffi::{c_uint, c_void};
+use std::ffi::{c_int, c_uint, c_void};
 
 use crate::driver::{driver, wait_all};
 use crate::memory::{DeviceAlloc, PinnedRange, map, unmap};
@@ -24,7 +24,9 @@ pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytes: usize) -> 
         }
         let mut tables = driver.tables();
         let ctx = driver.require_ctx(&tables)?;
-        if !driver.device.try_alloc_mem(driver.pid, bytes as u64) {
+        let device = tables.context(ctx)?.device;
+        let gpu = driver.gpu(device as c_int)?;
+        if !gpu.try_alloc_mem(driver.pid, bytes as u64) {
             return Err(CUDA_ERROR_OUT_OF_MEMORY);
         }
         let mapped = map(bytes, false, false).and_then(|reservation| {
@@ -33,7 +35,7 @@ pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytes: usize) -> 
                 .inspect_err(|_| unmap(reservation, bytes))
         });
         let (reservation, backing) = mapped.inspect_err(|_| {
-            driver.device.free_mem(driver.pid, bytes as u64);
+            gpu.free_mem(driver.pid, bytes as u64);
         })?;
         tables.memory.device.insert(
             reservation as u64,
@@ -41,6 +43,7 @@ pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytes: usize) -> 
                 len: bytes,
                 backing,
                 ctx,
+                device,
             },
         );
         // SAFETY: `dptr` is a non-null out-pointer, per the API contract.
@@ -70,7 +73,9 @@ pub extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
             .ok_or(CUDA_ERROR_INVALID_VALUE)?;
         unmap(alloc.backing, alloc.len);
         unmap(dptr as usize, alloc.len);
-        driver.device.free_mem(driver.pid, alloc.len as u64);
+        driver
+            .gpu(alloc.device as c_int)?
+            .free_mem(driver.pid, alloc.len as u64);
         Ok(())
     })
 }

@@ -13,7 +13,7 @@ use crate::result::{
     CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_READY, CUresult, CuResult,
 };
 use crate::tables::{EventInfo, Recorded, StreamInfo};
-use crate::{guarded, handle, to_handle, write_out};
+use crate::{guarded, handle, per_thread, to_handle, write_out};
 
 type CUstream = *mut c_void;
 type CUevent = *mut c_void;
@@ -52,11 +52,11 @@ pub extern "C" fn cuStreamDestroy_v2(stream: CUstream) -> CUresult {
     })
 }
 
-fn stream_sync(stream: CUstream) -> CuResult<()> {
+fn stream_sync(stream: u64) -> CuResult<()> {
     let driver = driver()?;
     let tail = {
         let tables = driver.tables();
-        let key = tables.stream(handle(stream), current_ctx())?;
+        let key = tables.stream(stream, current_ctx())?;
         tables.tail(key).cloned()
     };
     wait_all(tail.as_slice());
@@ -66,12 +66,12 @@ fn stream_sync(stream: CUstream) -> CuResult<()> {
 /// Blocks, spinning on-CPU, until the stream's work is done.
 #[unsafe(no_mangle)]
 pub extern "C" fn cuStreamSynchronize(stream: CUstream) -> CUresult {
-    guarded(|| stream_sync(stream))
+    guarded(|| stream_sync(handle(stream)))
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuStreamSynchronize_ptsz(stream: CUstream) -> CUresult {
-    guarded(|| stream_sync(stream))
+    guarded(|| stream_sync(per_thread(handle(stream))))
 }
 
 #[unsafe(no_mangle)]
@@ -107,10 +107,10 @@ pub unsafe extern "C" fn cuEventCreate(event: *mut CUevent, flags: c_uint) -> CU
     })
 }
 
-fn event_record(event: CUevent, stream: CUstream) -> CuResult<()> {
+fn event_record(event: CUevent, stream: u64) -> CuResult<()> {
     let driver = driver()?;
     let mut tables = driver.tables();
-    let key = tables.stream(handle(stream), current_ctx())?;
+    let key = tables.stream(stream, current_ctx())?;
     let after = tables.pending_before(key);
     let info = tables
         .events
@@ -125,12 +125,12 @@ fn event_record(event: CUevent, stream: CUstream) -> CuResult<()> {
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuEventRecord(event: CUevent, stream: CUstream) -> CUresult {
-    guarded(|| event_record(event, stream))
+    guarded(|| event_record(event, handle(stream)))
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn cuEventRecord_ptsz(event: CUevent, stream: CUstream) -> CUresult {
-    guarded(|| event_record(event, stream))
+    guarded(|| event_record(event, per_thread(handle(stream))))
 }
 
 /// The work an event waits for (empty if never recorded).

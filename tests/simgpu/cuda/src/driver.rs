@@ -1,24 +1,30 @@
-//! The process-wide driver: shared device state, handle tables, engines and the calling
+//! The process-wide driver: shared machine state, handle tables, engines and the calling
 //! thread's current context. Created by cuInit.
 use std::cell::Cell;
+use std::ffi::c_int;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
-use simgpu_state::SharedDevice;
+use simgpu_state::{Gpu, MAX_DEVICES, SharedState};
 
 use crate::engine::{Engines, Op, Work, locked};
 use crate::result::{
-    CUDA_ERROR_INVALID_CONTEXT, CUDA_ERROR_NO_DEVICE, CUDA_ERROR_NOT_INITIALIZED, CuResult,
+    CUDA_ERROR_INVALID_CONTEXT, CUDA_ERROR_INVALID_DEVICE, CUDA_ERROR_NO_DEVICE,
+    CUDA_ERROR_NOT_INITIALIZED, CuResult,
 };
+use crate::staging::StagingPool;
 use crate::tables::{StreamKey, Tables};
 use crate::wait::host_spin_until;
 
 pub struct Driver {
-    pub device: SharedDevice,
+    pub state: SharedState,
     /// The pid that initialized the driver; a forked child must not act for its parent.
     pub pid: u32,
     tables: Mutex<Tables>,
-    engines: Engines,
+    /// One pair of engine threads per GPU, started with the process's first context on it.
+    engines: [Engines; MAX_DEVICES],
+    started: Mutex<[bool; MAX_DEVICES]>,
+    staging: StagingPool,
 }
 
 static DRIVER: OnceLock<Driver> = OnceLock::new();
@@ -37,22 +43,19 @@ pub fn init() -> CuResult<&'static Driver> {
     if DRIVER.get().is_some() {
         return driver();
     }
-    let device = SharedDevice::open_from_env().map_err(|e| {
+    let state = SharedState::open_from_env().map_err(|e| {
         eprintln!("simgpu: cuInit: {e}");
         CUDA_ERROR_NO_DEVICE
     })?;
-    let pid = std::process::id();
     let _ = DRIVER.set(Driver {
-        device,
-        pid,
+        state,
+        pid: std::process::id(),
         tables: Mutex::new(Tables::default()),
-        engines: Engines::new(),
+        engines: [const { Engines::new() }; MAX_DEVICES],
+        started: Mutex::new([false; MAX_DEVICES]),
+        staging: StagingPool::new(),
     });
     let driver = DRIVER.get().ok_or(CUDA_ERROR_NO_DEVICE)?;
-    driver.engines.start(&driver.device, pid).map_err(|e| {
-        eprintln!("simgpu: cuInit: starting engine threads: {e}");
-        CUDA_ERROR_NO_DEVICE
-    })?;
     // SAFETY: `forget_at_exit` is an extern "C" fn with no arguments that never unwinds.
     unsafe { libc::atexit(forget_at_exit) };
     Ok(driver)
@@ -76,7 +79,7 @@ extern "C" fn forget_at_exit() {
             && pid != 0
             && pid == std::process::id()
         {
-            driver.device.forget_process(pid);
+            driver.state.forget_process(pid);
         }
     });
 }
@@ -101,30 +104,60 @@ impl Driver {
     }
 
     /// Staging buffers for pageable copies.
-    pub fn staging(&self) -> &crate::staging::StagingPool {
-        self.engines.staging()
+    pub fn staging(&self) -> &StagingPool {
+        &self.staging
     }
 
-    /// Records a new context of this process in the shared state.
-    pub fn register(&self) -> CuResult<()> {
-        self.device.register_process(self.pid).map_err(|e| {
+    /// How many GPUs the machine has.
+    pub fn device_count(&self) -> c_int {
+        self.state.device_count() as c_int
+    }
+
+    /// GPU `ordinal` (a `CUdevice`), or CUDA_ERROR_INVALID_DEVICE.
+    pub fn gpu(&self, ordinal: c_int) -> CuResult<Gpu<'_>> {
+        u32::try_from(ordinal)
+            .ok()
+            .and_then(|i| self.state.device(i))
+            .ok_or(CUDA_ERROR_INVALID_DEVICE)
+    }
+
+    /// Records a new context of this process on GPU `device` in the shared state, and starts
+    /// that GPU's engine threads with the first one.
+    pub fn register(&'static self, device: u32) -> CuResult<()> {
+        let gpu = self.gpu(device as c_int)?;
+        gpu.register_process(self.pid).map_err(|e| {
             eprintln!("simgpu: {e}");
             CUDA_ERROR_INVALID_CONTEXT
         })?;
         REGISTERED.store(self.pid, Ordering::Relaxed);
+        let mut started = locked(&self.started);
+        if !started[device as usize] {
+            self.engines[device as usize]
+                .start(gpu, self.pid, &self.staging)
+                .map_err(|e| {
+                    eprintln!("simgpu: starting engine threads of GPU {device}: {e}");
+                    gpu.unregister_process(self.pid);
+                    CUDA_ERROR_INVALID_CONTEXT
+                })?;
+            started[device as usize] = true;
+        }
         Ok(())
     }
 
-    /// Records that a context of this process went away.
-    pub fn unregister(&self) {
-        self.device.unregister_process(self.pid);
+    /// Records that a context of this process on GPU `device` went away.
+    pub fn unregister(&self, device: u32) {
+        if let Ok(gpu) = self.gpu(device as c_int) {
+            gpu.unregister_process(self.pid);
+        }
     }
 
-    /// Queues `work` on stream `key`, ordered after the stream's earlier work. Called with the
-    /// tables locked, so queue order matches submission order across threads.
+    /// Queues `work` on stream `key`, ordered after the stream's earlier work, on the engines of
+    /// the stream's GPU. Called with the tables locked, so queue order matches submission order
+    /// across threads.
     pub fn submit(&self, tables: &mut Tables, key: StreamKey, work: Work) -> Arc<Op> {
         let deps = tables.pending_before(key);
-        let op = self.engines.submit(work, deps);
+        let device = tables.device_of(key).unwrap_or(0) as usize;
+        let op = self.engines[device % MAX_DEVICES].submit(work, deps);
         tables.set_tail(key, op.clone());
         op
     }

@@ -1,5 +1,5 @@
-//! The device: queued operations and the two engine threads (compute, copy) that run them with
-//! real timing.
+//! A device: queued operations and the two engine threads (compute, copy) that run them with
+//! real timing. Each GPU a process uses has its own pair.
 //!
 //! Each operation carries the operations it must wait for (its stream predecessors, see
 //! `tables`). Every dependency was submitted earlier, and each engine runs its queue in
@@ -10,7 +10,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
 use simgpu_state::clock::monotonic_ns;
-use simgpu_state::{Direction, SharedDevice};
+use simgpu_state::{Direction, Gpu};
 
 use crate::staging::StagingPool;
 use crate::wait::device_wait_until;
@@ -38,10 +38,20 @@ pub enum CopyKind {
     HostToHost,
 }
 
+/// A host function queued with cuLaunchHostFunc (`CUhostFn`).
+pub type HostFn = unsafe extern "C" fn(*mut std::ffi::c_void);
+
 /// The work of one operation.
 pub enum Work {
     Kernel {
         duration_ns: u64,
+    },
+    /// Runs on the compute engine, in stream order, while the GPU counts as idle (no kernel
+    /// runs); later work of the stream waits for it to return.
+    Host {
+        func: HostFn,
+        /// The `userData` pointer, passed back to `func` as given.
+        data: usize,
     },
     Copy {
         kind: CopyKind,
@@ -55,7 +65,7 @@ pub enum Work {
 impl Work {
     fn engine(&self) -> EngineKind {
         match self {
-            Work::Kernel { .. } => EngineKind::Compute,
+            Work::Kernel { .. } | Work::Host { .. } => EngineKind::Compute,
             Work::Copy { .. } => EngineKind::Copy,
         }
     }
@@ -124,13 +134,12 @@ impl Queue {
     }
 }
 
-/// The compute and copy engines of this process's view of the device.
+/// The compute and copy engines of this process's view of one GPU.
 pub struct Engines {
     compute: Queue,
     copy: Queue,
     /// Signalled on every completion, for an engine waiting on the other engine's work.
     completed: (Mutex<()>, Condvar),
-    staging: StagingPool,
 }
 
 impl Engines {
@@ -139,26 +148,25 @@ impl Engines {
             compute: Queue::new(),
             copy: Queue::new(),
             completed: (Mutex::new(()), Condvar::new()),
-            staging: StagingPool::new(),
         }
     }
 
-    /// Staging buffers for pageable copies; the copy engine returns the ones it consumed.
-    pub fn staging(&self) -> &StagingPool {
-        &self.staging
-    }
-
     /// Starts the engine threads. They run for the life of the process, recording what they do
-    /// in `device` under `pid`. Named so that tests and profilers can tell them from the
-    /// workload's own threads.
-    pub fn start(&'static self, device: &'static SharedDevice, pid: u32) -> std::io::Result<()> {
+    /// on `gpu` under `pid`, and hand the staging buffers of pageable copies back to `staging`.
+    /// Named so that tests and profilers can tell them from the workload's own threads.
+    pub fn start(
+        &'static self,
+        gpu: Gpu<'static>,
+        pid: u32,
+        staging: &'static StagingPool,
+    ) -> std::io::Result<()> {
         for (kind, name) in [
             (EngineKind::Compute, "simgpu-compute"),
             (EngineKind::Copy, "simgpu-copy"),
         ] {
             std::thread::Builder::new()
                 .name(name.into())
-                .spawn(move || self.run(kind, device, pid))?;
+                .spawn(move || self.run(kind, gpu, pid, staging))?;
         }
         Ok(())
     }
@@ -179,7 +187,7 @@ impl Engines {
         op
     }
 
-    fn run(&self, kind: EngineKind, device: &SharedDevice, pid: u32) {
+    fn run(&self, kind: EngineKind, gpu: Gpu<'_>, pid: u32, staging: &StagingPool) {
         let queue = match kind {
             EngineKind::Compute => &self.compute,
             EngineKind::Copy => &self.copy,
@@ -192,8 +200,8 @@ impl Engines {
             // panicking paths, but make sure the op completes regardless.
             if let Some(work) = work {
                 let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    if let Some(staged) = execute(work, device, pid) {
-                        self.staging.give(staged);
+                    if let Some(staged) = execute(work, gpu, pid) {
+                        staging.give(staged);
                     }
                 }));
             }
@@ -220,13 +228,19 @@ impl Engines {
 }
 
 /// Runs one operation on the calling engine thread; hands back a staging buffer it consumed.
-fn execute(work: Work, device: &SharedDevice, pid: u32) -> Option<Box<[u8]>> {
+fn execute(work: Work, gpu: Gpu<'_>, pid: u32) -> Option<Box<[u8]>> {
     match work {
         Work::Kernel { duration_ns } => {
             let start = monotonic_ns();
-            device.kernel_begin(pid, start);
+            gpu.kernel_begin(pid, start);
             device_wait_until(start + duration_ns.min(MAX_KERNEL_NS));
-            device.kernel_end(pid, monotonic_ns());
+            gpu.kernel_end(pid, monotonic_ns());
+            None
+        }
+        Work::Host { func, data } => {
+            // SAFETY: cuLaunchHostFunc's caller vouches that `func` may be called with `data`
+            // from another thread once the stream reaches it.
+            unsafe { func(data as *mut std::ffi::c_void) };
             None
         }
         Work::Copy {
@@ -247,7 +261,7 @@ fn execute(work: Work, device: &SharedDevice, pid: u32) -> Option<Box<[u8]>> {
             unsafe { std::ptr::copy(src, dest as *mut u8, bytes) };
             let duration_ns = match kind {
                 CopyKind::HostToDevice | CopyKind::DeviceToHost => {
-                    device.pcie_link().copy_ns(bytes as u64)
+                    gpu.pcie_link().copy_ns(bytes as u64)
                 }
                 CopyKind::DeviceToDevice => {
                     (bytes as f64 * 1e9 / DEVICE_COPY_BYTES_PER_S).round() as u64
@@ -261,7 +275,7 @@ fn execute(work: Work, device: &SharedDevice, pid: u32) -> Option<Box<[u8]>> {
                 _ => None,
             };
             if let Some(direction) = direction {
-                device.copy_done(direction, bytes as u64, start, monotonic_ns());
+                gpu.copy_done(direction, bytes as u64, start, monotonic_ns());
             }
             match source {
                 Source::Staged(buffer) => Some(buffer),

@@ -52,6 +52,18 @@ fn handle<T>(ptr: *mut T) -> u64 {
     ptr as usize as u64
 }
 
+/// The stream a `_ptsz` entry point means: NULL there is the per-thread default stream
+/// (`CU_STREAM_PER_THREAD`), not the legacy one. Also keeps each `_ptsz` body different from its
+/// plain twin, so the linker cannot fold the two into one address (a uprobe on each must see
+/// only its own calls).
+fn per_thread(stream: u64) -> u64 {
+    if stream == 0 {
+        tables::CU_STREAM_PER_THREAD
+    } else {
+        stream
+    }
+}
+
 /// A table key as the pointer-typed handle C expects.
 fn to_handle<T>(key: u64) -> *mut T {
     key as usize as *mut T

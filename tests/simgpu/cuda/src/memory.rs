@@ -15,6 +15,8 @@ pub struct DeviceAlloc {
     pub backing: usize,
     /// The context it belongs to (freed with it).
     pub ctx: u64,
+    /// The GPU whose memory it takes.
+    pub device: u32,
 }
 
 /// One page-locked host range.
@@ -110,6 +112,7 @@ mod tests {
                 len: 0x100,
                 backing: 0x9000,
                 ctx: 1,
+                device: 0,
             },
         );
         assert_eq!(mem.device_span(0x1010, 0x10), Ok(0x9010));

@@ -16,11 +16,15 @@ use crate::result::{CUDA_ERROR_INVALID_CONTEXT, CUDA_ERROR_INVALID_HANDLE, CuRes
 
 /// First handle value, then every 16 bytes, like heap pointers.
 const HANDLE_BASE: u64 = 0x5eed_0000_0000;
+/// `CU_STREAM_PER_THREAD`.
+pub const CU_STREAM_PER_THREAD: u64 = 2;
 /// Stream handles that mean the default stream: NULL, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD.
 /// The per-thread default stream is treated as the legacy one.
-const DEFAULT_STREAM_HANDLES: [u64; 3] = [0, 1, 2];
+const DEFAULT_STREAM_HANDLES: [u64; 3] = [0, 1, CU_STREAM_PER_THREAD];
 
 pub struct Context {
+    /// The GPU (device ordinal) the context runs on.
+    pub device: u32,
     /// The device's primary context (cuDevicePrimaryCtxRetain) rather than a created one.
     pub primary: bool,
     /// Tail of the NULL stream.
@@ -72,8 +76,8 @@ pub struct Tables {
     pub events: HashMap<u64, EventInfo>,
     pub modules: HashMap<u64, ModuleInfo>,
     pub functions: HashMap<u64, FunctionInfo>,
-    /// The primary context and how many retains it has.
-    pub primary: Option<(u64, u32)>,
+    /// Each GPU's primary context and how many retains it has.
+    pub primary: HashMap<u32, (u64, u32)>,
     pub memory: Memory,
 }
 
@@ -100,6 +104,15 @@ impl Tables {
         } else {
             Err(CUDA_ERROR_INVALID_HANDLE)
         }
+    }
+
+    /// The GPU whose engines run the work of stream `key`.
+    pub fn device_of(&self, key: StreamKey) -> Option<u32> {
+        let ctx = match key {
+            StreamKey::Default(ctx) => ctx,
+            StreamKey::Created(h) => self.streams.get(&h)?.ctx,
+        };
+        Some(self.contexts.get(&ctx)?.device)
     }
 
     /// The last operation queued on `key`: once it is done, all earlier work of the stream is.
@@ -219,6 +232,7 @@ mod tests {
         t.contexts.insert(
             ctx,
             Context {
+                device: 1,
                 primary: false,
                 default_tail: None,
             },
@@ -259,6 +273,8 @@ mod tests {
         let (a, b) = (op(), op());
         t.set_tail(StreamKey::Created(blocking), a.clone());
         t.set_tail(StreamKey::Created(nonblocking), b.clone());
+        assert_eq!(t.device_of(StreamKey::Created(blocking)), Some(1));
+        assert_eq!(t.device_of(StreamKey::Default(ctx)), Some(1));
         let on_default = t.pending_before(StreamKey::Default(ctx));
         assert_eq!(on_default.len(), 1);
         assert!(Arc::ptr_eq(&on_default[0], &a));

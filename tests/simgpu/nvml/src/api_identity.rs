@@ -31,9 +31,9 @@ pub unsafe extern "C" fn nvmlDeviceGetUUID(
     length: c_uint,
 ) -> nvmlReturn_t {
     guarded(|| {
-        checked(dev)?;
+        let gpu = checked(dev)?;
         // SAFETY: `uuid` is NULL or a buffer of `length` bytes, per the API contract.
-        unsafe { write_str(uuid, length, device::UUID) }
+        unsafe { write_str(uuid, length, &device::uuid(gpu.index())) }
     })
 }
 
@@ -43,15 +43,15 @@ pub unsafe extern "C" fn nvmlDeviceGetPciInfo_v3(
     pci: *mut nvmlPciInfo_t,
 ) -> nvmlReturn_t {
     guarded(|| {
-        checked(dev)?;
+        let index = checked(dev)?.index();
         let info = nvmlPciInfo_t {
-            busIdLegacy: c_array(device::PCI_BUS_ID_LEGACY),
+            busIdLegacy: c_array(&device::pci_bus_id_legacy(index)),
             domain: device::PCI_DOMAIN,
-            bus: device::PCI_BUS,
+            bus: device::pci_bus(index),
             device: device::PCI_DEVICE,
             pciDeviceId: device::PCI_DEVICE_ID,
             pciSubSystemId: device::PCI_SUBSYSTEM_ID,
-            busId: c_array(device::PCI_BUS_ID),
+            busId: c_array(&device::pci_bus_id(index)),
         };
         // SAFETY: `pci` is NULL or an out-pointer, per the API contract.
         unsafe { write_out(pci, info) }
@@ -94,12 +94,12 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
 unsafe fn link_value(
     dev: nvmlDevice_t,
     out: *mut c_uint,
-    read: impl FnOnce(&simgpu_state::layout::StateFile) -> c_uint,
+    read: impl FnOnce(&simgpu_state::layout::DeviceState) -> c_uint,
 ) -> nvmlReturn_t {
     guarded(|| {
-        let shared = checked(dev)?;
+        let gpu = checked(dev)?;
         // SAFETY: forwarded caller contract.
-        unsafe { write_out(out, read(shared)) }
+        unsafe { write_out(out, read(&gpu)) }
     })
 }
 

@@ -33,9 +33,9 @@ pub unsafe extern "C" fn nvmlSystemGetDriverVersion(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetCount_v2(count: *mut c_uint) -> nvmlReturn_t {
     guarded(|| {
-        state::device()?;
+        let machine = state::device()?;
         // SAFETY: `count` is NULL or an out-pointer, per the API contract.
-        unsafe { write_out(count, 1) }
+        unsafe { write_out(count, machine.device_count()) }
     })
 }
 
@@ -45,11 +45,21 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByIndex_v2(
     device: *mut nvmlDevice_t,
 ) -> nvmlReturn_t {
     guarded(|| {
-        state::device()?;
-        if index != 0 {
+        let machine = state::device()?;
+        if machine.device(index).is_none() {
             return Err(NVML_ERROR_INVALID_ARGUMENT);
         }
         // SAFETY: `device` is NULL or an out-pointer, per the API contract.
-        unsafe { write_out(device, device_handle()) }
+        unsafe { write_out(device, device_handle(index)) }
+    })
+}
+
+/// The index a handle was obtained with.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetIndex(dev: nvmlDevice_t, index: *mut c_uint) -> nvmlReturn_t {
+    guarded(|| {
+        let gpu = state::checked(dev)?;
+        // SAFETY: `index` is NULL or an out-pointer, per the API contract.
+        unsafe { write_out(index, gpu.index()) }
     })
 }

@@ -1,10 +1,11 @@
-//! Library state: the init reference count, the shared device, and the one device handle.
+//! Library state: the init reference count, the shared machine state, and the device handles
+//! (one per simulated GPU).
 use std::ffi::c_void;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use simgpu_state::samples::SAMPLE_CLOCK_ENV;
-use simgpu_state::{SampleClock, SharedDevice, Snapshot};
+use simgpu_state::{Gpu, MAX_DEVICES, SampleClock, SharedState, Snapshot};
 
 use crate::types::{
     NVML_ERROR_DRIVER_NOT_LOADED, NVML_ERROR_INVALID_ARGUMENT, NVML_ERROR_UNINITIALIZED,
@@ -17,16 +18,17 @@ pub type NvResult<T> = Result<T, nvmlReturn_t>;
 /// nvmlInit calls minus nvmlShutdown calls, like NVML's own reference count.
 static INITS: AtomicU32 = AtomicU32::new(0);
 /// The shared state, opened by the first nvmlInit and kept for the life of the process.
-static DEVICE: OnceLock<SharedDevice> = OnceLock::new();
+static DEVICE: OnceLock<SharedState> = OnceLock::new();
 /// Sample timestamp clock, read from the environment at the first nvmlInit.
 static CLOCK: OnceLock<SampleClock> = OnceLock::new();
-/// What the device handle points at: its address is the handle, and nothing reads it.
-static DEVICE_TOKEN: u8 = 0;
+/// What the device handles point at: the address of element i is GPU i's handle, and nothing
+/// reads them.
+static DEVICE_TOKENS: [u8; MAX_DEVICES] = [0; MAX_DEVICES];
 
 /// nvmlInit_v2: opens the shared state on first use and counts the init.
 pub fn init() -> NvResult<()> {
     if DEVICE.get().is_none() {
-        let device = SharedDevice::open_from_env().map_err(|e| {
+        let device = SharedState::open_from_env().map_err(|e| {
             eprintln!("simgpu: nvmlInit: {e}");
             NVML_ERROR_DRIVER_NOT_LOADED
         })?;
@@ -47,8 +49,8 @@ pub fn shutdown() -> NvResult<()> {
         .map_err(|_| NVML_ERROR_UNINITIALIZED)
 }
 
-/// The shared device, if NVML is initialized.
-pub fn device() -> NvResult<&'static SharedDevice> {
+/// The shared machine state, if NVML is initialized.
+pub fn device() -> NvResult<&'static SharedState> {
     if INITS.load(Ordering::Acquire) == 0 {
         return Err(NVML_ERROR_UNINITIALIZED);
     }
@@ -60,24 +62,27 @@ pub fn sample_clock() -> SampleClock {
     CLOCK.get().copied().unwrap_or_default()
 }
 
-/// The handle of device 0.
-pub fn device_handle() -> nvmlDevice_t {
-    (&raw const DEVICE_TOKEN).cast::<c_void>().cast_mut()
+/// The handle of GPU `index` (which the caller checked against the device count).
+pub fn device_handle(index: u32) -> nvmlDevice_t {
+    (&raw const DEVICE_TOKENS[index as usize % MAX_DEVICES])
+        .cast::<c_void>()
+        .cast_mut()
 }
 
-/// Checks a device handle argument and returns the shared device.
-pub fn checked(device_arg: nvmlDevice_t) -> NvResult<&'static SharedDevice> {
+/// Checks a device handle argument and returns its GPU.
+pub fn checked(device_arg: nvmlDevice_t) -> NvResult<Gpu<'static>> {
     let shared = device()?;
-    if device_arg == device_handle() {
-        Ok(shared)
-    } else {
-        Err(NVML_ERROR_INVALID_ARGUMENT)
-    }
+    let base = DEVICE_TOKENS.as_ptr() as usize;
+    let index = (device_arg as usize)
+        .checked_sub(base)
+        .ok_or(NVML_ERROR_INVALID_ARGUMENT)?;
+    let index = u32::try_from(index).map_err(|_| NVML_ERROR_INVALID_ARGUMENT)?;
+    shared.device(index).ok_or(NVML_ERROR_INVALID_ARGUMENT)
 }
 
 /// A snapshot of device `device_arg`, after dropping processes that died without cleanup.
 pub fn snapshot(device_arg: nvmlDevice_t) -> NvResult<Snapshot> {
-    let shared = checked(device_arg)?;
-    shared.reap_dead();
-    Ok(shared.snapshot())
+    let gpu = checked(device_arg)?;
+    gpu.reap_dead();
+    Ok(gpu.snapshot())
 }

@@ -5,8 +5,6 @@
 
 /// Device name as NVML and cuDeviceGetName report it.
 pub const NAME: &str = "stallscope simulated GPU";
-/// NVML UUID (`GPU-` plus a canonical UUID); "5eed" marks it as simulated.
-pub const UUID: &str = "GPU-5eed5eed-0000-4000-8000-5eed00000001";
 /// Driver version string (NVML). Below 580.82 so nvml-wrapper keeps its v12 field-id scheme.
 pub const DRIVER_VERSION: &str = "570.86.15";
 /// CUDA driver API version that driver ships (cuDriverGetVersion): 12.8.
@@ -15,14 +13,14 @@ pub const CUDA_DRIVER_VERSION: i32 = 12080;
 /// Device memory: 80 GiB.
 pub const MEMORY_TOTAL_BYTES: u64 = 80 << 30;
 
-/// PCI location and ids (NVIDIA vendor id 0x10de, H100 SXM device id 0x2330).
+/// PCI domain, device and ids (NVIDIA vendor id 0x10de, H100 SXM device id 0x2330); the bus
+/// differs per GPU.
 pub const PCI_DOMAIN: u32 = 0;
-pub const PCI_BUS: u32 = 0x1b;
 pub const PCI_DEVICE: u32 = 0;
-pub const PCI_BUS_ID: &str = "00000000:1B:00.0";
-pub const PCI_BUS_ID_LEGACY: &str = "0000:1B:00.0";
 pub const PCI_DEVICE_ID: u32 = 0x2330_10de;
 pub const PCI_SUBSYSTEM_ID: u32 = 0x16c1_10de;
+/// PCI buses of GPUs 0..8, as on an 8-GPU HGX board; GPU 0 keeps the single-GPU machine's.
+const PCI_BUSES: [u32; 8] = [0x1b, 0x43, 0x52, 0x61, 0x9d, 0xc3, 0xd1, 0xdf];
 
 /// Link the board is rated for, and what it trains to unless told otherwise.
 pub const PCIE_MAX_GEN: u32 = 5;
@@ -44,3 +42,44 @@ pub const TEMP_BUSY_C: u32 = 70;
 /// Streaming multiprocessors and compute capability (cuDeviceGetAttribute).
 pub const SM_COUNT: i32 = 132;
 pub const COMPUTE_CAPABILITY: (i32, i32) = (9, 0);
+
+/// NVML UUID of GPU `index` (`GPU-` plus a canonical UUID); "5eed" marks it as simulated, and
+/// the last group is the index plus one.
+pub fn uuid(index: u32) -> String {
+    format!("GPU-5eed5eed-0000-4000-8000-5eed{:08x}", index + 1)
+}
+
+/// PCI bus number of GPU `index`.
+pub fn pci_bus(index: u32) -> u32 {
+    PCI_BUSES[index as usize % PCI_BUSES.len()]
+}
+
+/// NVML's `busId`: `domain:bus:device.function`, 8 hex digits of domain.
+pub fn pci_bus_id(index: u32) -> String {
+    format!("{PCI_DOMAIN:08X}:{:02X}:{PCI_DEVICE:02X}.0", pci_bus(index))
+}
+
+/// NVML's `busIdLegacy`: as `busId` with a 4-digit domain.
+pub fn pci_bus_id_legacy(index: u32) -> String {
+    format!("{PCI_DOMAIN:04X}:{:02X}:{PCI_DEVICE:02X}.0", pci_bus(index))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gpu_zero_keeps_the_single_gpu_identity() {
+        assert_eq!(uuid(0), "GPU-5eed5eed-0000-4000-8000-5eed00000001");
+        assert_eq!(pci_bus_id(0), "00000000:1B:00.0");
+        assert_eq!(pci_bus_id_legacy(0), "0000:1B:00.0");
+    }
+
+    #[test]
+    fn every_gpu_has_its_own_identity() {
+        let ids: std::collections::HashSet<_> = (0..8).map(|i| (uuid(i), pci_bus_id(i))).collect();
+        assert_eq!(ids.len(), 8);
+        assert_eq!(pci_bus_id(7), "00000000:DF:00.0");
+        assert_eq!(uuid(7), "GPU-5eed5eed-0000-4000-8000-5eed00000008");
+    }
+}

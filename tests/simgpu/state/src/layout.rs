@@ -1,5 +1,6 @@
 //! The state file's `#[repr(C)]` layout. Every field is an atomic so that several processes may
-//! map it at once; multi-field updates happen under the spin lock in [`StateFile::lock_word`].
+//! map it at once; multi-field updates of one device happen under that device's spin lock
+//! ([`DeviceState::lock_word`]).
 //!
 //! All timestamps are CLOCK_MONOTONIC nanoseconds (the device clock). Time is cut into buckets of
 //! [`BUCKET_NS`]; [`BUCKETS_PER_PERIOD`] buckets make one NVML sample period, so sample values are
@@ -7,15 +8,22 @@
 //! window. A zeroed file is a valid, empty state: the creator fills the config fields and then
 //! sets `init` to [`INIT_READY`].
 //!
-//! | part      | size                      | holds                                          |
-//! |-----------|---------------------------|------------------------------------------------|
-//! | header    | 96 bytes                  | magic, init flag, lock, PCIe link, clock offsets, union-busy tracker, totals |
-//! | buckets   | `BUCKET_RING` × 32 bytes  | per-bucket busy ns (union over processes), PCIe tx/rx bytes |
-//! | processes | `MAX_PROCS` × 2,088 bytes | pid, live contexts, memory used, busy ns, running kernel, per-period busy ring |
+//! | part      | size                        | holds                                        |
+//! |-----------|-----------------------------|----------------------------------------------|
+//! | header    | 32 bytes                    | magic, init flag, device count, clock offsets |
+//! | devices   | `MAX_DEVICES` × 709,184 bytes | one [`DeviceState`] each; only the first `device_count` are used |
+//!
+//! | device part | size                      | holds                                          |
+//! |-------------|---------------------------|------------------------------------------------|
+//! | header      | 64 bytes                  | lock, PCIe link, union-busy tracker, totals    |
+//! | buckets     | `BUCKET_RING` × 32 bytes  | per-bucket busy ns (union over processes), PCIe tx/rx bytes |
+//! | processes   | `MAX_PROCS` × 2,080 bytes | pid, live contexts, memory used, busy ns, running kernel, per-period busy ring |
+//!
+//! Unused devices cost nothing: the file is sparse and their pages are never touched.
 use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64};
 
 /// "SIMGPU" plus the layout version in the low byte: bump it whenever this file changes.
-pub const MAGIC: u64 = 0x5349_4d47_5055_0000 | 1;
+pub const MAGIC: u64 = 0x5349_4d47_5055_0000 | 2;
 
 /// Width of one accounting bucket: 3.33334 ms. 50 of them are 166.667 ms (NVML's 1/6 s sample
 /// period on data-center boards) and 6 of them are 20.00004 ms (NVML's PCIe counter window).
@@ -29,6 +37,8 @@ pub const PCIE_WINDOW_BUCKETS: u64 = 6;
 pub const BUCKET_RING: usize = 18_000;
 /// Process slots: at most this many processes may hold a context at once.
 pub const MAX_PROCS: usize = 64;
+/// Most simulated GPUs one machine (state file) can have.
+pub const MAX_DEVICES: usize = 8;
 /// Per-process ring of per-period busy time: 128 periods, about 21 s.
 pub const PROC_PERIODS: usize = 128;
 
@@ -71,26 +81,18 @@ pub struct ProcSlot {
     pub periods: [PeriodBusy; PROC_PERIODS],
 }
 
-/// The whole file.
+/// One simulated GPU.
 #[repr(C)]
-pub struct StateFile {
-    pub magic: AtomicU64,
-    pub init: AtomicU32,
+pub struct DeviceState {
     /// Spin lock word: pid of the holder, 0 when free.
     pub lock_word: AtomicU32,
     pub pcie_gen: AtomicU32,
     pub pcie_width: AtomicU32,
     pub pcie_max_gen: AtomicU32,
     pub pcie_max_width: AtomicU32,
-    pub mem_total_bytes: AtomicU64,
-    /// CLOCK_REALTIME minus CLOCK_MONOTONIC at creation: fixed so that every process converts a
-    /// period end to the same NVML timestamp (a cursor must match exactly).
-    pub realtime_offset_ns: AtomicI64,
-    /// CLOCK_BOOTTIME minus CLOCK_MONOTONIC at creation.
-    pub boottime_offset_ns: AtomicI64,
     /// Kernels running now, over all processes; the device is busy while this is non-zero.
     pub active_kernels: AtomicU32,
-    pub _pad0: AtomicU32,
+    pub mem_total_bytes: AtomicU64,
     /// When `active_kernels` last went from 0 to 1.
     pub union_start_ns: AtomicU64,
     /// Total busy time (union over processes) of closed busy intervals.
@@ -101,12 +103,33 @@ pub struct StateFile {
     pub procs: [ProcSlot; MAX_PROCS],
 }
 
+/// The whole file.
+#[repr(C)]
+pub struct StateFile {
+    pub magic: AtomicU64,
+    pub init: AtomicU32,
+    /// Devices in use: `devices[..device_count]`.
+    pub device_count: AtomicU32,
+    /// CLOCK_REALTIME minus CLOCK_MONOTONIC at creation: fixed so that every process converts a
+    /// period end to the same NVML timestamp (a cursor must match exactly).
+    pub realtime_offset_ns: AtomicI64,
+    /// CLOCK_BOOTTIME minus CLOCK_MONOTONIC at creation.
+    pub boottime_offset_ns: AtomicI64,
+    pub devices: [DeviceState; MAX_DEVICES],
+}
+
+/// Size of one device's part of the state file.
+pub const DEVICE_STATE_BYTES: usize = std::mem::size_of::<DeviceState>();
 /// Size of the state file in bytes.
 pub const STATE_FILE_BYTES: usize = std::mem::size_of::<StateFile>();
 
 const _: () = assert!(std::mem::size_of::<Bucket>() == 32);
 const _: () = assert!(std::mem::size_of::<ProcSlot>() == 32 + PROC_PERIODS * 16);
 const _: () = assert!(
-    STATE_FILE_BYTES == 96 + BUCKET_RING * 32 + MAX_PROCS * (32 + PROC_PERIODS * 16),
-    "the header has implicit padding: fix the field order"
+    DEVICE_STATE_BYTES == 64 + BUCKET_RING * 32 + MAX_PROCS * (32 + PROC_PERIODS * 16),
+    "the device header has implicit padding: fix the field order"
+);
+const _: () = assert!(
+    STATE_FILE_BYTES == 32 + MAX_DEVICES * DEVICE_STATE_BYTES,
+    "the file header has implicit padding: fix the field order"
 );

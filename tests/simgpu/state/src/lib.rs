@@ -1,5 +1,7 @@
-//! Shared device state of the simulated GPU: one fixed-size file, mapped by every process that
-//! loads the simulated `libcuda.so.1` or `libnvidia-ml.so.1`.
+//! Shared device state of the simulated GPUs: one fixed-size file per simulated machine, mapped
+//! by every process that loads the simulated `libcuda.so.1`, `libnvidia-ml.so.1` or
+//! `libnccl.so.2`. The machine has 1 to [`MAX_DEVICES`] GPUs ([`Gpu`]), each with its own
+//! timeline, processes and PCIe link.
 //!
 //! The CUDA side writes what the device did (kernel busy intervals, copies, memory, processes);
 //! the NVML side reads a [`Snapshot`] and turns it into NVML answers with the pure functions in
@@ -8,6 +10,7 @@
 //! file ([`layout`]).
 pub mod clock;
 pub mod device;
+mod gpu;
 pub mod install;
 pub mod layout;
 mod lock;
@@ -17,9 +20,14 @@ pub mod samples;
 mod shm;
 pub mod window;
 
+pub use gpu::Gpu;
 pub use install::{install_dir, target_release_dir};
+pub use layout::MAX_DEVICES;
 pub use layout::{BUCKET_NS, PERIOD_NS};
 pub use pcie::{Direction, PcieLink};
 pub use samples::{ProcessSample, SampleClock, UtilSample};
-pub use shm::{DEFAULT_STATE_PATH, InitConfig, PCIE_ENV, STATE_ENV, SharedDevice};
+pub use shm::{
+    DEFAULT_STATE_PATH, DEVICES_ENV, InitConfig, PCIE_ENV, STATE_ENV, SharedState, parse_devices,
+    state_path_from_env,
+};
 pub use window::{ProcView, Snapshot};

@@ -6,19 +6,19 @@
 use std::sync::atomic::Ordering::Relaxed;
 
 use crate::clock;
+use crate::gpu::Gpu;
 use crate::layout::{
-    BUCKET_NS, BUCKET_RING, BUCKETS_PER_PERIOD, PERIOD_NS, PROC_PERIODS, ProcSlot, StateFile,
+    BUCKET_NS, BUCKET_RING, BUCKETS_PER_PERIOD, DeviceState, PERIOD_NS, PROC_PERIODS, ProcSlot,
 };
 use crate::lock::{LockGuard, lock, pid_alive};
 use crate::pcie::{Direction, PcieLink};
-use crate::shm::SharedDevice;
 use crate::window::{ProcView, Snapshot, split_bytes, split_interval};
 
 /// Buckets a snapshot covers: 128 sample periods (21 s), enough for the 120-period sample buffer
 /// plus the period before it.
 pub const SNAPSHOT_BUCKETS: u64 = PROC_PERIODS as u64 * BUCKETS_PER_PERIOD;
 
-impl StateFile {
+impl DeviceState {
     fn guard(&self) -> LockGuard<'_> {
         lock(&self.lock_word)
     }
@@ -118,7 +118,7 @@ impl StateFile {
     }
 }
 
-impl SharedDevice {
+impl Gpu<'_> {
     /// Records that `pid` created (or retained) a context. Fails when all process slots are taken.
     pub fn register_process(&self, pid: u32) -> Result<(), String> {
         let _g = self.guard();
@@ -265,7 +265,7 @@ impl SharedDevice {
         self.snapshot_at(clock::monotonic_ns())
     }
 
-    /// As [`SharedDevice::snapshot`], at a given CLOCK_MONOTONIC time (not before the last
+    /// As [`Gpu::snapshot`], at a given CLOCK_MONOTONIC time (not before the last
     /// update, or open intervals are clipped).
     pub fn snapshot_at(&self, now_ns: u64) -> Snapshot {
         self.snapshot_covering(now_ns, SNAPSHOT_BUCKETS)
@@ -307,8 +307,8 @@ impl SharedDevice {
             width: self.pcie_max_width.load(Relaxed),
         });
         snap.mem_total_bytes = self.mem_total_bytes.load(Relaxed);
-        snap.realtime_offset_ns = self.realtime_offset_ns.load(Relaxed);
-        snap.boottime_offset_ns = self.boottime_offset_ns.load(Relaxed);
+        snap.realtime_offset_ns = self.file().realtime_offset_ns.load(Relaxed);
+        snap.boottime_offset_ns = self.file().boottime_offset_ns.load(Relaxed);
         snap
     }
 }
@@ -349,10 +349,10 @@ fn proc_view(slot: &ProcSlot, now_ns: u64) -> ProcView {
 mod tests {
     use super::*;
     use crate::samples::{SampleClock, gpu_util_samples};
-    use crate::shm::InitConfig;
+    use crate::shm::{InitConfig, SharedState};
 
-    fn device() -> SharedDevice {
-        SharedDevice::anonymous(InitConfig::default()).unwrap()
+    fn machine() -> SharedState {
+        SharedState::anonymous(InitConfig::default()).unwrap()
     }
 
     const MS: u64 = 1_000_000;
@@ -362,7 +362,8 @@ mod tests {
 
     #[test]
     fn overlapping_kernels_of_two_processes_count_once() {
-        let dev = device();
+        let state = machine();
+        let dev = state.device(0).unwrap();
         dev.register_process(1).unwrap();
         dev.register_process(2).unwrap();
         dev.kernel_begin(1, T0);
@@ -378,7 +379,8 @@ mod tests {
 
     #[test]
     fn a_running_kernel_shows_in_snapshots() {
-        let dev = device();
+        let state = machine();
+        let dev = state.device(0).unwrap();
         dev.register_process(7).unwrap();
         dev.kernel_begin(7, T0);
         let snap = dev.snapshot_at(T0 + PERIOD_NS + PERIOD_NS / 2);
@@ -392,7 +394,8 @@ mod tests {
 
     #[test]
     fn process_slots_count_contexts_and_memory() {
-        let dev = device();
+        let state = machine();
+        let dev = state.device(0).unwrap();
         dev.register_process(9).unwrap();
         dev.register_process(9).unwrap();
         assert!(dev.try_alloc_mem(9, 1 << 30));
@@ -410,7 +413,8 @@ mod tests {
 
     #[test]
     fn dead_processes_are_reaped_and_their_kernel_ended() {
-        let dev = device();
+        let state = machine();
+        let dev = state.device(0).unwrap();
         let dead = 0x7fff_fff0;
         dev.register_process(dead).unwrap();
         dev.kernel_begin(dead, clock::monotonic_ns());
@@ -422,7 +426,8 @@ mod tests {
 
     #[test]
     fn copies_land_in_the_pcie_counters() {
-        let dev = device();
+        let state = machine();
+        let dev = state.device(0).unwrap();
         let start = T0 + 10 * BUCKET_NS;
         dev.copy_done(Direction::HostToDevice, 3000, start, start + 3 * BUCKET_NS);
         dev.copy_done(Direction::DeviceToHost, 500, start, start);
@@ -441,7 +446,8 @@ mod tests {
 
     #[test]
     fn stale_ring_slots_read_as_empty() {
-        let dev = device();
+        let state = machine();
+        let dev = state.device(0).unwrap();
         dev.register_process(3).unwrap();
         dev.kernel_begin(3, T0);
         dev.kernel_end(3, T0 + BUCKET_NS);
@@ -460,7 +466,8 @@ mod tests {
 
     #[test]
     fn history_reaches_back_a_minute() {
-        let dev = device();
+        let state = machine();
+        let dev = state.device(0).unwrap();
         dev.register_process(4).unwrap();
         let start = T0 - 50_000 * MS;
         dev.kernel_begin(4, start);
@@ -474,8 +481,46 @@ mod tests {
     }
 
     #[test]
+    fn each_gpu_keeps_its_own_timeline_and_processes() {
+        let config = InitConfig {
+            devices: 3,
+            ..InitConfig::default()
+        };
+        let state = SharedState::anonymous(config).unwrap();
+        let (a, b) = (state.device(0).unwrap(), state.device(2).unwrap());
+        a.register_process(1).unwrap();
+        b.register_process(2).unwrap();
+        b.kernel_begin(2, T0);
+        b.kernel_end(2, T0 + PERIOD_NS);
+        assert!(b.try_alloc_mem(2, 1 << 30));
+        a.kernel_begin(2, T0);
+        assert!(
+            !a.snapshot_at(T0 + 1).kernel_active,
+            "pid 2 has no context on GPU 0"
+        );
+        let (sa, sb) = (
+            a.snapshot_at(T0 + 2 * PERIOD_NS),
+            b.snapshot_at(T0 + 2 * PERIOD_NS),
+        );
+        assert_eq!(sa.period_busy_ns(T0 / PERIOD_NS), 0);
+        assert_eq!(sb.period_busy_ns(T0 / PERIOD_NS), PERIOD_NS);
+        assert_eq!(sa.procs.iter().map(|p| p.pid).collect::<Vec<_>>(), [1]);
+        assert_eq!(sb.procs.iter().map(|p| p.pid).collect::<Vec<_>>(), [2]);
+        assert_eq!((sa.mem_used_bytes(), sb.mem_used_bytes()), (0, 1 << 30));
+        state.forget_process(2);
+        assert!(b.snapshot().procs.is_empty());
+        assert_eq!(a.snapshot().procs.len(), 1);
+        assert!(state.device(3).is_none());
+        assert_eq!(
+            state.devices().map(|g| g.index()).collect::<Vec<_>>(),
+            [0, 1, 2]
+        );
+    }
+
+    #[test]
     fn pcie_link_can_be_retrained() {
-        let dev = device();
+        let state = machine();
+        let dev = state.device(0).unwrap();
         assert_eq!(dev.pcie_link(), PcieLink::MAX);
         dev.set_pcie_link(PcieLink::new(2, 8).unwrap());
         assert_eq!(dev.snapshot().pcie, Some(PcieLink::new(2, 8).unwrap()));

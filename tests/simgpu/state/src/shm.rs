@@ -10,7 +10,10 @@ use std::time::{Duration, Instant};
 
 use crate::clock;
 use crate::device::MEMORY_TOTAL_BYTES;
-use crate::layout::{INIT_BUSY, INIT_EMPTY, INIT_READY, MAGIC, STATE_FILE_BYTES, StateFile};
+use crate::gpu::Gpu;
+use crate::layout::{
+    INIT_BUSY, INIT_EMPTY, INIT_READY, MAGIC, MAX_DEVICES, STATE_FILE_BYTES, StateFile,
+};
 use crate::pcie::PcieLink;
 
 /// Path of the state file; every process of one simulated machine must see the same value.
@@ -18,6 +21,8 @@ pub const STATE_ENV: &str = "STALLSCOPE_SIMGPU_STATE";
 pub const DEFAULT_STATE_PATH: &str = "/dev/shm/stallscope-simgpu";
 /// `"gen,width"`: the link the device trains to, read by whichever process creates the file.
 pub const PCIE_ENV: &str = "STALLSCOPE_SIMGPU_PCIE";
+/// Number of GPUs (1 to 8), read by whichever process creates the file.
+pub const DEVICES_ENV: &str = "STALLSCOPE_SIMGPU_DEVICES";
 
 /// How long to wait for another process that is filling a new file.
 const INIT_WAIT: Duration = Duration::from_secs(2);
@@ -25,12 +30,16 @@ const INIT_WAIT: Duration = Duration::from_secs(2);
 /// What the creator of a new state file writes into it.
 #[derive(Debug, Clone, Copy)]
 pub struct InitConfig {
+    /// The link every GPU trains to.
     pub pcie: PcieLink,
+    /// How many GPUs the machine has, 1 to [`MAX_DEVICES`].
+    pub devices: u32,
 }
 
 impl InitConfig {
-    /// The config from the environment: `STALLSCOPE_SIMGPU_PCIE`, else gen5 x16. A bad value is
-    /// reported on stderr and ignored, as a driver ignores a bad module parameter.
+    /// The config from the environment: `STALLSCOPE_SIMGPU_PCIE` (else gen5 x16) and
+    /// `STALLSCOPE_SIMGPU_DEVICES` (else 1). A bad value is reported on stderr and ignored, as a
+    /// driver ignores a bad module parameter.
     pub fn from_env() -> Self {
         let pcie = match std::env::var(PCIE_ENV) {
             Ok(text) => PcieLink::parse(&text).unwrap_or_else(|e| {
@@ -39,7 +48,14 @@ impl InitConfig {
             }),
             Err(_) => PcieLink::MAX,
         };
-        InitConfig { pcie }
+        let devices = match std::env::var(DEVICES_ENV) {
+            Ok(text) => parse_devices(&text).unwrap_or_else(|e| {
+                eprintln!("simgpu: ignoring {DEVICES_ENV}: {e}");
+                1
+            }),
+            Err(_) => 1,
+        };
+        InitConfig { pcie, devices }
     }
 }
 
@@ -47,22 +63,36 @@ impl Default for InitConfig {
     fn default() -> Self {
         InitConfig {
             pcie: PcieLink::MAX,
+            devices: 1,
         }
     }
 }
 
+/// A device count from its text form, 1 to [`MAX_DEVICES`].
+pub fn parse_devices(text: &str) -> Result<u32, String> {
+    let n: u32 = text
+        .trim()
+        .parse()
+        .map_err(|e| format!("bad device count {text:?}: {e}"))?;
+    if (1..=MAX_DEVICES as u32).contains(&n) {
+        Ok(n)
+    } else {
+        Err(format!("{n} GPUs is not in 1..={MAX_DEVICES}"))
+    }
+}
+
 /// A mapping of the state file. Cheap to share between threads: all access is atomic.
-pub struct SharedDevice {
+pub struct SharedState {
     map: NonNull<StateFile>,
 }
 
 // SAFETY: the mapping is only accessed through atomics (and the spin lock built on them), and it
-// stays mapped until the SharedDevice is dropped.
-unsafe impl Send for SharedDevice {}
-// SAFETY: as above; `&SharedDevice` only hands out `&StateFile`, whose fields are all atomics.
-unsafe impl Sync for SharedDevice {}
+// stays mapped until the SharedState is dropped.
+unsafe impl Send for SharedState {}
+// SAFETY: as above; `&SharedState` only hands out `&StateFile`, whose fields are all atomics.
+unsafe impl Sync for SharedState {}
 
-impl Drop for SharedDevice {
+impl Drop for SharedState {
     fn drop(&mut self) {
         // SAFETY: `map` came from a successful mmap of STATE_FILE_BYTES and nothing borrowed from
         // it outlives `self`.
@@ -70,7 +100,7 @@ impl Drop for SharedDevice {
     }
 }
 
-impl std::ops::Deref for SharedDevice {
+impl std::ops::Deref for SharedState {
     type Target = StateFile;
 
     fn deref(&self) -> &StateFile {
@@ -87,7 +117,31 @@ pub fn state_path_from_env() -> PathBuf {
         .map_or_else(|| PathBuf::from(DEFAULT_STATE_PATH), PathBuf::from)
 }
 
-impl SharedDevice {
+impl SharedState {
+    /// Number of GPUs this machine has.
+    pub fn device_count(&self) -> u32 {
+        self.device_count
+            .load(Ordering::Acquire)
+            .min(MAX_DEVICES as u32)
+    }
+
+    /// GPU `index`, if the machine has it.
+    pub fn device(&self, index: u32) -> Option<Gpu<'_>> {
+        (index < self.device_count()).then(|| Gpu::new(self, index))
+    }
+
+    /// Every GPU of the machine, in index order.
+    pub fn devices(&self) -> impl Iterator<Item = Gpu<'_>> {
+        (0..self.device_count()).map(|i| Gpu::new(self, i))
+    }
+
+    /// Forgets `pid` on every GPU (process exit).
+    pub fn forget_process(&self, pid: u32) {
+        for gpu in self.devices() {
+            gpu.forget_process(pid);
+        }
+    }
+
     /// Opens the file named by the environment, creating it with the environment's config.
     pub fn open_from_env() -> io::Result<Self> {
         Self::open(&state_path_from_env(), InitConfig::from_env())
@@ -135,7 +189,7 @@ impl SharedDevice {
             return Err(io::Error::last_os_error());
         }
         let map = NonNull::new(ptr.cast()).ok_or_else(|| io::Error::other("mmap returned null"))?;
-        Ok(SharedDevice { map })
+        Ok(SharedState { map })
     }
 
     /// Fills the config if this process is first; otherwise waits for the creator and checks
@@ -177,15 +231,19 @@ impl SharedDevice {
         let real = clock::realtime_ns();
         let boot = clock::boottime_ns();
         let offset = |other| clock::offset_ns(other, mono);
-        self.pcie_gen
-            .store(config.pcie.generation, Ordering::Relaxed);
-        self.pcie_width.store(config.pcie.width, Ordering::Relaxed);
-        self.pcie_max_gen
-            .store(PcieLink::MAX.generation, Ordering::Relaxed);
-        self.pcie_max_width
-            .store(PcieLink::MAX.width, Ordering::Relaxed);
-        self.mem_total_bytes
-            .store(MEMORY_TOTAL_BYTES, Ordering::Relaxed);
+        let count = config.devices.clamp(1, MAX_DEVICES as u32);
+        for dev in &self.devices[..count as usize] {
+            dev.pcie_gen
+                .store(config.pcie.generation, Ordering::Relaxed);
+            dev.pcie_width.store(config.pcie.width, Ordering::Relaxed);
+            dev.pcie_max_gen
+                .store(PcieLink::MAX.generation, Ordering::Relaxed);
+            dev.pcie_max_width
+                .store(PcieLink::MAX.width, Ordering::Relaxed);
+            dev.mem_total_bytes
+                .store(MEMORY_TOTAL_BYTES, Ordering::Relaxed);
+        }
+        self.device_count.store(count, Ordering::Relaxed);
         self.realtime_offset_ns
             .store(offset(real), Ordering::Relaxed);
         self.boottime_offset_ns
@@ -232,13 +290,25 @@ mod tests {
         let _ = std::fs::remove_file(&path);
         let slow = InitConfig {
             pcie: PcieLink::new(3, 4).unwrap(),
+            devices: 2,
         };
-        let a = SharedDevice::open(&path, slow).unwrap();
+        let a = SharedState::open(&path, slow).unwrap();
         // The second opener's config is ignored: the file already exists.
-        let b = SharedDevice::open(&path, InitConfig::default()).unwrap();
-        assert_eq!(b.pcie_link(), PcieLink::new(3, 4).unwrap());
-        a.set_pcie_link(PcieLink::new(4, 8).unwrap());
-        assert_eq!(b.pcie_link(), PcieLink::new(4, 8).unwrap());
+        let b = SharedState::open(&path, InitConfig::default()).unwrap();
+        assert_eq!(b.device_count(), 2);
+        assert!(b.device(2).is_none());
+        let gpu = |s: &SharedState, i| s.device(i).unwrap().pcie_link();
+        assert_eq!(gpu(&b, 0), PcieLink::new(3, 4).unwrap());
+        assert_eq!(gpu(&b, 1), PcieLink::new(3, 4).unwrap());
+        a.device(1)
+            .unwrap()
+            .set_pcie_link(PcieLink::new(4, 8).unwrap());
+        assert_eq!(gpu(&b, 1), PcieLink::new(4, 8).unwrap());
+        assert_eq!(
+            gpu(&b, 0),
+            PcieLink::new(3, 4).unwrap(),
+            "links are per GPU"
+        );
         assert_eq!(
             std::fs::metadata(&path).unwrap().len(),
             STATE_FILE_BYTES as u64
@@ -248,14 +318,23 @@ mod tests {
     }
 
     #[test]
+    fn device_counts_parse_within_range() {
+        assert_eq!(parse_devices(" 4 "), Ok(4));
+        assert_eq!(parse_devices("1"), Ok(1));
+        assert!(parse_devices("0").is_err());
+        assert!(parse_devices("9").is_err());
+        assert!(parse_devices("two").is_err());
+    }
+
+    #[test]
     fn a_foreign_layout_is_refused() {
         let dir = std::env::temp_dir().join(format!("simgpu-shm2-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("state");
         let _ = std::fs::remove_file(&path);
-        let a = SharedDevice::open(&path, InitConfig::default()).unwrap();
+        let a = SharedState::open(&path, InitConfig::default()).unwrap();
         a.magic.store(7, Ordering::Relaxed);
-        let err = SharedDevice::open(&path, InitConfig::default())
+        let err = SharedState::open(&path, InitConfig::default())
             .err()
             .unwrap();
         assert!(err.to_string().contains("delete the file"), "{err}");

@@ -63,7 +63,10 @@ macro_rules! driver_api {
 
 driver_api! {
     cuInit: (c_uint);
+    cuDeviceGetCount: (*mut c_int);
+    cuDeviceGet: (*mut c_int, c_int);
     cuCtxCreate_v2: (*mut P, c_uint, c_int);
+    cuCtxGetDevice: (*mut c_int);
     cuCtxDestroy_v2: (P);
     cuCtxSynchronize: ();
     cuMemAlloc_v2: (*mut u64, usize);
@@ -112,13 +115,50 @@ impl Cuda {
 
     /// Creates a context on device 0 and makes it current.
     pub fn ctx_create(&self) -> Handle {
-        let mut ctx = std::ptr::null_mut();
+        self.ctx_create_on(0)
+    }
+
+    /// Creates a context on GPU `ordinal` (looked up with cuDeviceGet) and makes it current.
+    pub fn ctx_create_on(&self, ordinal: c_int) -> Handle {
+        let (mut dev, mut ctx) = (-1, std::ptr::null_mut());
+        // SAFETY: valid out-pointers.
+        unsafe {
+            check((self.api.cuDeviceGet)(&mut dev, ordinal), "cuDeviceGet");
+            check(
+                (self.api.cuCtxCreate_v2)(&mut ctx, 0, dev),
+                "cuCtxCreate_v2",
+            );
+        }
+        Handle(ctx)
+    }
+
+    /// cuDeviceGetCount.
+    pub fn device_count(&self) -> c_int {
+        let mut n = -1;
         // SAFETY: a valid out-pointer.
         check(
-            unsafe { (self.api.cuCtxCreate_v2)(&mut ctx, 0, 0) },
-            "cuCtxCreate_v2",
+            unsafe { (self.api.cuDeviceGetCount)(&mut n) },
+            "cuDeviceGetCount",
         );
-        Handle(ctx)
+        n
+    }
+
+    /// cuDeviceGet's CUresult for `ordinal`.
+    pub fn device_get_code(&self, ordinal: c_int) -> u32 {
+        let mut dev = -1;
+        // SAFETY: a valid out-pointer.
+        unsafe { (self.api.cuDeviceGet)(&mut dev, ordinal) }
+    }
+
+    /// The GPU of the current context.
+    pub fn ctx_device(&self) -> c_int {
+        let mut dev = -1;
+        // SAFETY: a valid out-pointer.
+        check(
+            unsafe { (self.api.cuCtxGetDevice)(&mut dev) },
+            "cuCtxGetDevice",
+        );
+        dev
     }
 
     pub fn ctx_destroy(&self, ctx: Handle) {

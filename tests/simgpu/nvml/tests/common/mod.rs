@@ -57,6 +57,7 @@ pub fn in_child(name: &str, env: &[(&str, &str)], body: impl FnOnce(&Paths)) {
         .env(LIB_DIR_ENV, &lib_dir)
         .env("STALLSCOPE_SIMGPU_STATE", &state)
         .env_remove("STALLSCOPE_SIMGPU_PCIE")
+        .env_remove("STALLSCOPE_SIMGPU_DEVICES")
         .env_remove("STALLSCOPE_SIMGPU_SAMPLE_CLOCK")
         .envs(env.iter().copied())
         .stdin(Stdio::null())
