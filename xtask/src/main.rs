@@ -79,6 +79,8 @@ pub fn build() -> anyhow::Result<()> {
         "simgpu-cuda",
         "-p",
         "simgpu-nvml",
+        "-p",
+        "simgpu-nccl",
     ]))
 }
 

@@ -21,7 +21,7 @@ mod shm;
 pub mod window;
 
 pub use gpu::Gpu;
-pub use install::{install_dir, target_release_dir};
+pub use install::{BUILD_HINT, install_dir, target_release_dir};
 pub use layout::MAX_DEVICES;
 pub use layout::{BUCKET_NS, PERIOD_NS};
 pub use pcie::{Direction, PcieLink};
