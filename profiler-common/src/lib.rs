@@ -66,8 +66,10 @@ pub mod kind {
     pub const EXEC: u32 = 6;
     /// End of a sampled off-CPU period (the thread was woken): a bare `Header`.
     pub const OFFCPU_END: u32 = 7;
+    /// A CUDA or NCCL call of a tracked thread, entry to return: a `CudaCall`.
+    pub const CUDA_CALL: u32 = 8;
     /// One past the largest kind: the length of the per-kind counter arrays.
-    pub const COUNT: u32 = 8;
+    pub const COUNT: u32 = 9;
 
     pub const NAMES: [&str; COUNT as usize] = [
         "none",
@@ -78,6 +80,7 @@ pub mod kind {
         "thread_new",
         "exec",
         "offcpu_end",
+        "cuda_call",
     ];
 }
 
@@ -165,6 +168,54 @@ pub struct ThreadNew {
     pub header: Header,
     pub parent_tid: u32,
     pub _pad: u32,
+}
+
+/// Bits of a CUDA/NCCL uprobe's attach cookie: the low 32 bits name the API (user space's
+/// table), the flags below say what the probes must read.
+pub mod cookie {
+    /// The API returns its result through the pointer in its first argument
+    /// (`cuMemHostAlloc(void **pp, ...)`): read `*arg0` at return.
+    pub const OUT_PTR: u64 = 1 << 32;
+}
+
+/// Argument slots a CUDA/NCCL record carries: the six integer registers and the first stack
+/// slot (NCCL collectives take their stream seventh).
+pub const CALL_ARGS: usize = 7;
+
+/// A tracked thread inside a probed CUDA/NCCL function, between its entry and return: the
+/// value of the `CUDA_INFLIGHT` map (key: TID).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CallEntry {
+    pub start_ns: u64,
+    /// The attach cookie of the outermost probed call.
+    pub cookie: u64,
+    /// The stack pointer at entry: a call at the same or a shallower depth means this entry's
+    /// return was never seen (a detach mid-call), so it is stale.
+    pub sp: u64,
+    /// Probed calls made from inside this one (cudart into the driver), not reported apart.
+    pub nested: u32,
+    pub _pad: u32,
+    pub caller: u64,
+    pub args: [u64; CALL_ARGS],
+}
+
+/// `kind::CUDA_CALL`: one outermost probed call; `header.ts_ns` is its entry.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CudaCall {
+    pub header: Header,
+    pub end_ns: u64,
+    pub cookie: u64,
+    pub nested: u32,
+    pub _pad: u32,
+    /// The return address at entry: the caller, where frame-pointer stacks fail.
+    pub caller: u64,
+    pub args: [u64; CALL_ARGS],
+    /// The return value (`CUresult`, `ncclResult_t`).
+    pub ret: u64,
+    /// `*args[0]` at return, for `cookie::OUT_PTR` APIs; 0 otherwise or when unreadable.
+    pub out: u64,
 }
 
 /// Key of the `PAGE_CACHE_FILES` map: page-cache misses per thread and file.
@@ -274,4 +325,6 @@ mod pod {
     unsafe impl aya::Pod for IoKey {}
     // SAFETY: as above.
     unsafe impl aya::Pod for IoStart {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for CallEntry {}
 }

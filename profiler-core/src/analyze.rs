@@ -90,6 +90,10 @@ pub struct Analyzer {
     timed: TimedEvents,
     cpus: u32,
     cuda_processes: BTreeMap<u32, String>,
+    cuda_calls: Vec<crate::record::CudaCall>,
+    cuda_libraries: Vec<crate::cuda::ProbedLibrary>,
+    launches: BTreeMap<u32, u64>,
+    launch_probed_ns: u64,
 }
 
 #[derive(Debug, Default)]
@@ -290,6 +294,38 @@ impl Analyzer {
             Record::GpuState(state) => {
                 self.gpus.entry(state.gpu).or_default().states.push(state);
             }
+            Record::CudaProbes {
+                ts_ns,
+                pid,
+                path,
+                library,
+                attached,
+                missing,
+            } => {
+                self.seen_ts(ts_ns);
+                self.cuda_libraries.push(crate::cuda::ProbedLibrary {
+                    pid,
+                    path,
+                    library,
+                    attached: attached.len(),
+                    missing,
+                });
+            }
+            Record::CudaCall(call) => {
+                self.seen_ts(call.start_ns);
+                self.cuda_calls.push(call);
+            }
+            Record::Launches {
+                ts_ns,
+                probed_ns,
+                counts,
+            } => {
+                self.seen_ts(ts_ns);
+                self.launch_probed_ns += probed_ns;
+                for c in counts {
+                    *self.launches.entry(c.pid).or_default() += c.launches;
+                }
+            }
             Record::GpuProcessUtil {
                 gpu, pid, sm_pct, ..
             } => {
@@ -369,6 +405,12 @@ impl Analyzer {
             timed,
             cpus: self.cpus,
             cuda_processes: self.cuda_processes,
+            cuda: crate::cuda::build(
+                self.cuda_calls,
+                self.cuda_libraries,
+                &self.launches,
+                self.launch_probed_ns,
+            ),
             attribution: None,
         };
         analysis.attribution = crate::attribution::attribute(&analysis);

@@ -25,3 +25,4 @@ pub use model::Analysis;
 pub use reader::{RecordReader, Recording, read_recording};
 pub mod attribution;
 pub mod clock;
+pub mod cuda;

@@ -51,6 +51,8 @@ pub struct Analysis {
     pub cpus: u32,
     /// Processes that mapped the CUDA driver library, with its path.
     pub cuda_processes: BTreeMap<u32, String>,
+    /// What the CUDA and NCCL probes saw.
+    pub cuda: crate::cuda::CudaView,
     /// Why each GPU idled; `None` without GPU samples.
     pub attribution: Option<Attribution>,
 }

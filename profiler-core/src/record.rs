@@ -175,6 +175,48 @@ pub enum Record {
         pid: u32,
         path: String,
     },
+    /// A CUDA or NCCL library file the recorder put uprobes on, once per file (device and
+    /// inode), first seen mapped by `pid` at `path` (in that process's mount namespace).
+    CudaProbes {
+        ts_ns: u64,
+        pid: u32,
+        path: String,
+        library: crate::cuda::Library,
+        attached: Vec<String>,
+        /// Functions the file lacks (or that failed to attach), with the reason.
+        missing: Vec<(String, String)>,
+    },
+    CudaCall(CudaCall),
+    /// Kernel launches counted while the launch probes were on: they are switched on for
+    /// short windows, `probed_ns` of the interval ending at `ts_ns`, and rates scale by it.
+    Launches {
+        ts_ns: u64,
+        probed_ns: u64,
+        counts: Vec<LaunchCount>,
+    },
+}
+
+/// One probed CUDA/NCCL call of a traced thread, entry to return.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CudaCall {
+    pub tid: u32,
+    pub pid: u32,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    /// The function, as named in `crate::cuda::APIS`.
+    pub api: String,
+    pub op: crate::cuda::CudaOp,
+    /// `CUresult` / `cudaError_t` / `ncclResult_t`; 0 is success.
+    pub status: u64,
+    /// The calling function (from the return address at entry), or empty.
+    pub caller: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LaunchCount {
+    pub tid: u32,
+    pub pid: u32,
+    pub launches: u64,
 }
 
 /// A GPU as NVML describes it.

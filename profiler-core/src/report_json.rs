@@ -58,6 +58,8 @@ pub struct JsonReport<'a> {
     pub gpus: Vec<crate::report_gpu::JsonGpu<'a>>,
     /// PID -> the CUDA driver library it mapped, from /proc/PID/maps.
     pub cuda_processes: &'a BTreeMap<u32, String>,
+    /// What the CUDA and NCCL uprobes saw, per process.
+    pub cuda: crate::cuda::CudaSummary<'a>,
     /// Start and end are CLOCK_MONOTONIC ns, like `start_ns`.
     pub stalls: Vec<&'a crate::attribution::Stall>,
     pub verdict: Option<&'a crate::attribution::Verdict>,
@@ -222,6 +224,7 @@ impl<'a> JsonReport<'a> {
             records: load.records,
             gpus: crate::report_gpu::json_gpus(a),
             cuda_processes: &a.cuda_processes,
+            cuda: crate::cuda::summarize(&a.cuda),
             stalls: crate::report_gpu::json_stalls(a),
             verdict: crate::report_gpu::json_verdict(a),
         }

@@ -5,6 +5,7 @@
 
 mod block;
 mod canary;
+mod cuda;
 mod emit;
 mod filemap;
 mod maps;

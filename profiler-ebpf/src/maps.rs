@@ -4,7 +4,8 @@ use aya_ebpf::{
     maps::{HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
 use profiler_common::{
-    Config, CpuSlot, EventCounts, FileKey, FileMisses, IoKey, IoStart, Offsets, ThreadStats, kind,
+    CallEntry, Config, CpuSlot, EventCounts, FileKey, FileMisses, IoKey, IoStart, Offsets,
+    ThreadStats, kind,
 };
 
 /// The tracked threads: seeded by user space, grown on fork, shrunk on exit. Being a key here
@@ -28,6 +29,21 @@ pub static COUNTS: PerCpuArray<EventCounts> = PerCpuArray::with_max_entries(kind
 /// another request never completes under its own key.
 #[map]
 pub static INFLIGHT_IO: LruHashMap<IoKey, IoStart> = LruHashMap::with_max_entries(16384, 0);
+
+/// Tracked threads inside a probed CUDA/NCCL call. LRU: a thread that exits mid-call never
+/// returns.
+#[map]
+pub static CUDA_INFLIGHT: LruHashMap<u32, CallEntry> = LruHashMap::with_max_entries(16384, 0);
+
+/// Kernel launches per tracked thread since it was first counted.
+#[map]
+pub static LAUNCHES: LruHashMap<u32, u64> = LruHashMap::with_max_entries(16384, 0);
+
+/// Index 0: non-zero once user space is ending the recording. Removing uprobes takes a grace
+/// period each, so they are removed after the recording is complete; until then this keeps
+/// them from sending (or counting) anything.
+#[map]
+pub static CONTROL: aya_ebpf::maps::Array<u32> = aya_ebpf::maps::Array::with_max_entries(1, 0);
 
 #[map]
 pub static PAGE_CACHE_FILES: HashMap<FileKey, FileMisses> = HashMap::with_max_entries(16384, 0);

@@ -42,9 +42,13 @@ pub struct RecordArgs {
         short,
         long = "pid",
         value_name = "PID",
-        required_unless_present = "command"
+        required_unless_present_any = ["command", "all_gpu_processes"]
     )]
     pub pids: Vec<u32>,
+    /// Trace every process NVML lists on this host's GPUs (each rank of a job), with their
+    /// descendants. Combines with --pid.
+    #[arg(long, conflicts_with = "command")]
+    pub all_gpu_processes: bool,
     /// Stop after this long (e.g. 30s, 2m, 500ms). Default: until Ctrl-C or the target exits.
     #[arg(short, long, value_parser = parse_duration)]
     pub duration: Option<Duration>,
@@ -63,6 +67,13 @@ pub struct RecordArgs {
     /// Do not sample the GPUs (host-side report only).
     #[arg(long)]
     pub no_gpu: bool,
+    /// Do not put uprobes on the CUDA and NCCL libraries the targets map.
+    #[arg(long)]
+    pub no_cuda_probes: bool,
+    /// Percent of the time the kernel-launch probes are on (100: always). A uprobe costs
+    /// microseconds per hit, so launch counts are sampled in short windows and scaled.
+    #[arg(long, value_name = "PCT", default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=100))]
+    pub launch_duty: u32,
     /// Minimum spacing of off-CPU stack captures per thread.
     #[arg(long, value_parser = parse_duration, default_value = "5ms")]
     pub offcpu_interval: Duration,

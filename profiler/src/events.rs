@@ -4,9 +4,9 @@
 use std::collections::HashMap;
 
 use profiler_common::{
-    BlockIo, CpuSample, Header, OffCpuSample, ThreadExit, ThreadNew, kind, state,
+    BlockIo, CpuSample, CudaCall, Header, OffCpuSample, ThreadExit, ThreadNew, kind, state,
 };
-use profiler_core::record::{Record, ThreadCounters};
+use profiler_core::record::{self, Record, ThreadCounters};
 
 use crate::{
     symbolize::{Namer, Stacks},
@@ -139,6 +139,21 @@ impl Decoder {
                     queue_ns: b.queue_ns,
                     service_ns: b.service_ns,
                 });
+            }),
+            kind::CUDA_CALL => read::<CudaCall>(bytes).and_then(|c| {
+                let api = profiler_core::cuda::APIS.get(c.cookie as u32 as usize)?;
+                out.push(Record::CudaCall(record::CudaCall {
+                    tid: h.tid,
+                    pid: h.pid,
+                    start_ns: h.ts_ns,
+                    end_ns: c.end_ns,
+                    api: api.name.to_string(),
+                    op: api.decode(&c.args, c.out),
+                    // CUresult and ncclResult_t are 32-bit enums.
+                    status: c.ret & 0xffff_ffff,
+                    caller: self.namer.name_return_address(h.pid, c.caller),
+                }));
+                Some(())
             }),
             kind::THREAD_EXIT => read::<ThreadExit>(bytes).map(|e| {
                 self.close_offcpu(h.tid, h.ts_ns, out);

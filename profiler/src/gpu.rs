@@ -58,13 +58,37 @@ pub struct GpuSampler {
     handle: Option<JoinHandle<()>>,
 }
 
+/// The NVML library to load: `lib`, else $STALLSCOPE_NVML_LIB, else libnvidia-ml.so.1.
+fn nvml_path(lib: Option<PathBuf>) -> PathBuf {
+    lib.or_else(|| std::env::var_os(NVML_LIB_ENV).map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_LIB))
+}
+
+/// Every process NVML lists as computing on any of this host's GPUs.
+pub fn all_gpu_processes(lib: Option<PathBuf>) -> anyhow::Result<Vec<u32>> {
+    let lib = nvml_path(lib);
+    let nvml = Nvml::builder()
+        .lib_path(lib.as_os_str())
+        .init()
+        .map_err(|e| anyhow::anyhow!("--all-gpu-processes needs NVML ({}): {e}", lib.display()))?;
+    let mut pids = Vec::new();
+    for i in 0..nvml.device_count()? {
+        let d = nvml.device_by_index(i)?;
+        pids.extend(d.running_compute_processes()?.into_iter().map(|p| p.pid));
+    }
+    pids.sort_unstable();
+    pids.dedup();
+    if pids.is_empty() {
+        anyhow::bail!("--all-gpu-processes: NVML lists no compute process on this host's GPUs");
+    }
+    Ok(pids)
+}
+
 impl GpuSampler {
-    /// Starts sampling. `lib` overrides the library path (else $STALLSCOPE_NVML_LIB, else
-    /// libnvidia-ml.so.1); `pids` is the traced tree, kept current by the session.
+    /// Starts sampling. `lib` overrides the library path (see [`nvml_path`]); `pids` is the
+    /// traced tree, kept current by the session.
     pub fn start(lib: Option<PathBuf>, pids: Arc<Mutex<BTreeSet<u32>>>, start_ns: u64) -> Self {
-        let lib = lib
-            .or_else(|| std::env::var_os(NVML_LIB_ENV).map(PathBuf::from))
-            .unwrap_or_else(|| PathBuf::from(DEFAULT_LIB));
+        let lib = nvml_path(lib);
         let (tx, rx) = channel();
         let stop = Arc::new(AtomicBool::new(false));
         let thread_stop = stop.clone();

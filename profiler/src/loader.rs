@@ -4,7 +4,7 @@
 use aya::{
     Btf, Ebpf, EbpfLoader,
     programs::{
-        BtfTracePoint, PerfEvent, ProgramError, TracePoint,
+        BtfTracePoint, PerfEvent, ProgramError, TracePoint, UProbe,
         perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
     },
 };
@@ -84,6 +84,16 @@ pub fn load(offsets: &Offsets, config: &Config, skip: &[String]) -> anyhow::Resu
     }
     let prog: &mut PerfEvent = program(&mut ebpf, "cpu_sample")?;
     prog.load().map_err(|e| rejection("cpu_sample", e))?;
+    if wanted("cuda") {
+        for name in [
+            crate::uprobes::ENTER,
+            crate::uprobes::EXIT,
+            crate::uprobes::LAUNCH,
+        ] {
+            let prog: &mut UProbe = program(&mut ebpf, name)?;
+            prog.load().map_err(|e| rejection(name, e))?;
+        }
+    }
     Ok(ebpf)
 }
 
@@ -165,6 +175,7 @@ pub fn detach_all(ebpf: &mut Ebpf) {
             aya::programs::Program::BtfTracePoint(p) => p.unload(),
             aya::programs::Program::TracePoint(p) => p.unload(),
             aya::programs::Program::PerfEvent(p) => p.unload(),
+            aya::programs::Program::UProbe(p) => p.unload(),
             _ => Ok(()),
         };
         if let Err(e) = result {

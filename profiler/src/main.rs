@@ -1,10 +1,12 @@
 //! stallscope: attaches to a training job's process tree and explains where its time goes.
 mod btf;
 mod cli;
+mod elf;
 mod events;
 mod files;
 mod gpu;
 mod launch;
+mod launch_window;
 mod loader;
 mod offsets;
 mod output;
@@ -15,6 +17,7 @@ mod session;
 mod symbolize;
 mod target;
 mod tracefs;
+mod uprobes;
 
 use clap::Parser as _;
 

@@ -47,6 +47,13 @@ pub fn run(args: RecordArgs) -> anyhow::Result<i32> {
     };
     let roots: Vec<u32> = match &launched {
         Some(l) => vec![l.pid],
+        None if args.all_gpu_processes => {
+            let mut pids = gpu::all_gpu_processes(args.nvml_lib.clone())?;
+            pids.extend(&args.pids);
+            pids.sort_unstable();
+            pids.dedup();
+            pids
+        }
         None => args.pids.clone(),
     };
     let tree = target::process_tree(&roots)?;
@@ -55,7 +62,10 @@ pub fn run(args: RecordArgs) -> anyhow::Result<i32> {
         // SAFETY: sysconf has no preconditions.
         page_size: unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u64,
     };
-    let skip: Vec<String> = layout.missing.iter().map(|(s, _)| s.clone()).collect();
+    let mut skip: Vec<String> = layout.missing.iter().map(|(s, _)| s.clone()).collect();
+    if args.no_cuda_probes {
+        skip.push("cuda".into());
+    }
     let mut ebpf = loader::load(&layout.offsets, &config, &skip)?;
 
     let mut threads: BpfHashMap<_, u32, ThreadStats> = BpfHashMap::try_from(
@@ -147,7 +157,9 @@ pub fn run(args: RecordArgs) -> anyhow::Result<i32> {
     let pids = std::sync::Arc::new(std::sync::Mutex::new(tree));
     let gpu = (!args.no_gpu)
         .then(|| gpu::GpuSampler::start(args.nvml_lib.clone(), pids.clone(), start_ns));
-    let mut session = session::Session::new(ebpf, threads, writer, pids, gpu);
+    let duty = crate::uprobes::LaunchDuty::from_percent(args.launch_duty, args.tick);
+    let probes = crate::uprobes::CudaProbes::new(&mut ebpf, duty, !args.no_cuda_probes);
+    let mut session = session::Session::new(ebpf, threads, writer, pids, gpu, probes);
     eprintln!(
         "stallscope: tracing {} thread(s) of PID {}{}; writing {}",
         seeds.len(),
@@ -168,6 +180,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<i32> {
         .enable_all()
         .build()?;
     let reason = runtime.block_on(session.run(ring, args.tick, args.duration))?;
+    let unprobe = session.unprobe.take();
     drop(session);
     match reason {
         EndReason::TargetExited => eprintln!("stallscope: the target exited; recording ends"),
@@ -183,5 +196,11 @@ pub fn run(args: RecordArgs) -> anyhow::Result<i32> {
     }
     output::render(&path, &args.out)?;
     eprintln!("stallscope: recording saved to {}", path.display());
+    if let Some(h) = unprobe {
+        if !h.is_finished() {
+            eprintln!("stallscope: removing the CUDA probes (the kernel takes a moment per probe)");
+        }
+        let _ = h.join();
+    }
     Ok(0)
 }

@@ -44,6 +44,9 @@ pub struct Session {
     /// exact only while the programs are attached.
     last_tick_ns: u64,
     comms: HashMap<u32, String>,
+    probes: crate::uprobes::CudaProbes,
+    /// Removing the CUDA probes, in the background; joined before exit.
+    pub unprobe: Option<std::thread::JoinHandle<()>>,
 }
 
 /// The counters of a live thread, with its open interval credited up to `now`.
@@ -66,6 +69,7 @@ impl Session {
         writer: RecordingWriter<BufWriter<File>>,
         pids: Arc<Mutex<BTreeSet<u32>>>,
         gpu: Option<GpuSampler>,
+        probes: crate::uprobes::CudaProbes,
     ) -> Self {
         Self {
             ebpf,
@@ -79,6 +83,8 @@ impl Session {
             cuda: BTreeSet::new(),
             last_tick_ns: 0,
             comms: HashMap::new(),
+            probes,
+            unprobe: None,
         }
     }
 
@@ -113,6 +119,9 @@ impl Session {
     }
 
     fn find_cuda(&mut self, pid: u32) -> anyhow::Result<()> {
+        for r in self.probes.scan(&mut self.ebpf, pid) {
+            self.writer.write(&r)?;
+        }
         if self.cuda.contains(&pid) {
             return Ok(());
         }
@@ -147,6 +156,9 @@ impl Session {
             ts_ns: now,
             threads,
         })?;
+        if let Some(r) = self.probes.tick() {
+            self.writer.write(&r)?;
+        }
         if let Some(gpu) = &self.gpu {
             for r in gpu.drain() {
                 self.writer.write(&r)?;
@@ -209,6 +221,11 @@ impl Session {
         // so that every event the kernel counted as attempted has reached the ring buffer
         // before the final drain: the loss accounting then closes exactly.
         self.tick()?;
+        self.probes.silence(&mut self.ebpf);
+        if let Some(r) = self.probes.finish() {
+            self.writer.write(&r)?;
+        }
+        self.unprobe = self.probes.release();
         crate::loader::detach_all(&mut self.ebpf);
         std::thread::sleep(Duration::from_millis(20));
         self.drain(ring.get_mut())?;

@@ -119,6 +119,15 @@ impl Namer {
         out
     }
 
+    /// Names the function a return address returns into: the caller of a probed function.
+    pub fn name_return_address(&mut self, pid: u32, addr: u64) -> String {
+        if addr == 0 {
+            return String::new();
+        }
+        // Index 1 marks it a return address (looked up one byte back).
+        self.names(pid, &[0, addr], false).pop().unwrap_or_default()
+    }
+
     /// Forgets a process's user addresses (after exec its mappings changed).
     pub fn forget(&mut self, pid: u32) {
         self.cache.retain(|(p, _), _| *p != pid);

@@ -107,6 +107,14 @@ pub fn ppid(pid: u32) -> u32 {
         .unwrap_or(0)
 }
 
+/// The process a thread belongs to (`/proc/TID` resolves any thread's ID).
+pub fn tgid(tid: u32) -> Option<u32> {
+    procfs::process::Process::new(tid as i32)
+        .and_then(|p| p.status())
+        .map(|s| s.tgid as u32)
+        .ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

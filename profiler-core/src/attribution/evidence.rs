@@ -16,6 +16,9 @@ pub struct Evidence {
     pub stacks: Vec<StackEvidence>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub block_io: Option<IoEvidence>,
+    /// For the causes the CUDA probes name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cuda: Option<super::cuda_evidence::CudaEvidence>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
@@ -63,7 +66,10 @@ pub fn relevant(roles: &Roles, cause: Cause, tid: u32) -> bool {
     matches!(
         (cause, roles.role(tid)),
         (Cause::DataloaderCpu, Role::Worker)
-            | (Cause::HostCompute, Role::Feeder)
+            | (
+                Cause::HostCompute | Cause::PinnedMemoryCopy | Cause::Pcie | Cause::NcclWait,
+                Role::Feeder
+            )
             | (Cause::Disk | Cause::CpuContention | Cause::Unknown, _)
     )
 }
@@ -71,6 +77,8 @@ pub fn relevant(roles: &Roles, cause: Cause, tid: u32) -> bool {
 fn metric(cause: Cause, t: &ThreadEvidence) -> u64 {
     match cause {
         Cause::DataloaderCpu | Cause::HostCompute => t.on_cpu_ns,
+        // Threads waiting in CUDA spin and yield.
+        Cause::PinnedMemoryCopy | Cause::Pcie | Cause::NcclWait => t.on_cpu_ns + t.runqueue_ns,
         Cause::Disk => t.io_wait_ns,
         Cause::CpuContention => t.runqueue_ns,
         Cause::Unknown => t.blocked_ns,
@@ -161,6 +169,7 @@ pub fn gather(a: &Analysis, roles: &Roles, cause: Cause, start: u64, end: u64) -
         threads,
         stacks,
         block_io: (io.requests > 0).then_some(io),
+        cuda: None,
     }
 }
 

@@ -5,7 +5,9 @@
 //! contributes 60% of its period as idle). Each sample period is a window; what the threads
 //! that feed the GPU, and the rest of the traced tree, did during that window (from the
 //! per-tick accounting) selects one cause for it. See README "Causes" for the rules.
+pub mod cuda_evidence;
 pub mod evidence;
+mod link;
 mod roles;
 mod rules;
 mod window;
@@ -32,16 +34,26 @@ pub enum Cause {
     CpuContention,
     /// The feeder is on-CPU doing its own work while the GPU idles.
     HostCompute,
+    /// The feeder stages or waits for host-device copies (CUDA probes).
+    PinnedMemoryCopy,
+    /// Copies are slow because the PCIe link trained down or is saturated (CUDA probes and
+    /// NVML).
+    Pcie,
+    /// The feeder waits in a sync on an NCCL collective: another rank is late (CUDA probes).
+    NcclWait,
     /// Nothing traced explains the idle time; see the stall's `reason`.
     Unknown,
 }
 
 impl Cause {
-    pub const ALL: [Cause; 5] = [
+    pub const ALL: [Cause; 8] = [
         Cause::DataloaderCpu,
         Cause::Disk,
         Cause::CpuContention,
         Cause::HostCompute,
+        Cause::PinnedMemoryCopy,
+        Cause::Pcie,
+        Cause::NcclWait,
         Cause::Unknown,
     ];
 
@@ -51,6 +63,9 @@ impl Cause {
             Cause::Disk => "disk",
             Cause::CpuContention => "cpu_contention",
             Cause::HostCompute => "host_compute",
+            Cause::PinnedMemoryCopy => "pinned_memory_copy",
+            Cause::Pcie => "pcie",
+            Cause::NcclWait => "nccl_wait",
             Cause::Unknown => "unknown",
         }
     }
@@ -69,6 +84,15 @@ impl Cause {
             }
             Cause::HostCompute => {
                 "move per-step host work (logging, metrics, .item() calls) off the training loop"
+            }
+            Cause::PinnedMemoryCopy => {
+                "pin host memory (DataLoader pin_memory=True) and copy with non_blocking=True so copies overlap compute; fewer, larger copies"
+            }
+            Cause::Pcie => {
+                "check the link (nvidia-smi -q -d PCI): reseat the card, use an x16 slot without risers, check BIOS link settings and dmesg for PCIe errors"
+            }
+            Cause::NcclWait => {
+                "fix the slow rank's own cause (see ranks); then NCCL_DEBUG=INFO and nvidia-smi topo -m for the links between GPUs"
             }
             Cause::Unknown => "the feeder waited on something stallscope does not trace",
         }
@@ -151,11 +175,12 @@ pub fn attribute(a: &Analysis) -> Option<Attribution> {
     }
     let roles = Roles::from_analysis(a);
     let index = window::TimelineIndex::new(&a.timeline);
+    let waits = crate::cuda::WaitIndex::new(&a.cuda.waits);
     let gpus: Vec<GpuAttribution> = a
         .gpus
         .values()
         .filter(|g| !g.samples.is_empty())
-        .map(|g| attribute_gpu(a, &roles, &index, g))
+        .map(|g| attribute_gpu(a, &Roles::for_gpu(a, g), &index, &waits, g))
         .collect();
     let verdict = verdict(&gpus);
     Some(Attribution {
@@ -169,8 +194,14 @@ fn attribute_gpu(
     a: &Analysis,
     roles: &Roles,
     index: &window::TimelineIndex,
+    waits: &crate::cuda::WaitIndex,
     g: &crate::model::GpuTimeline,
 ) -> GpuAttribution {
+    let probed: std::collections::BTreeSet<u32> = a.cuda.probed_pids().collect();
+    let feeder_probed = roles
+        .feeders
+        .iter()
+        .any(|t| a.threads.get(t).is_some_and(|t| probed.contains(&t.pid)));
     let mut out = GpuAttribution {
         gpu: g.info.index,
         ..GpuAttribution::default()
@@ -192,7 +223,14 @@ fn attribute_gpu(
         let idle = s.idle_ns();
         out.observed_ns += s.period_ns;
         out.idle_ns += idle;
-        let host = index.window(&a.timeline, roles, start, end);
+        let mut host = index.window(&a.timeline, roles, start, end);
+        if feeder_probed {
+            let totals = waits.totals(start, end, |tid| roles.feeders.contains(&tid));
+            let achieved = (totals.copy_ns() > 0.0 && totals.copy_bytes > 0.0)
+                .then(|| totals.copy_bytes / totals.copy_ns());
+            host.link_limited = link::LinkState::at(g, end).is_some_and(|l| l.limits(achieved));
+            host.cuda = Some(totals);
+        }
         let label = label_window(&host, f64::from(s.util_pct.min(100)) / 100.0);
         *out.idle_by_cause.entry(label.cause).or_default() += idle;
         out.windows.push((start, end, idle, label.cause));
@@ -233,6 +271,8 @@ fn attribute_gpu(
     stalls.truncate(MAX_STALLS);
     for stall in &mut stalls {
         stall.evidence = evidence::gather(a, roles, stall.cause, stall.start_ns, stall.end_ns);
+        stall.evidence.cuda =
+            cuda_evidence::gather(a, roles, g, stall.cause, stall.start_ns, stall.end_ns);
     }
     out.stalls = stalls;
     out.seconds = seconds(a.start_ns, &out.windows);

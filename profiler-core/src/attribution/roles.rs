@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 
 use serde::Serialize;
 
-use crate::model::Analysis;
+use crate::model::{Analysis, GpuTimeline};
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Roles {
@@ -41,6 +41,52 @@ impl Roles {
             .map(|t| t.tid)
             .collect();
         Self { feeders, workers }
+    }
+
+    /// The roles for one GPU: its own processes' main threads feed it, and the workers are
+    /// the threads of the non-GPU processes descended from them (each rank's own
+    /// DataLoader workers), or of every non-GPU process when none descends from them.
+    pub fn for_gpu(a: &Analysis, g: &GpuTimeline) -> Self {
+        let all = Self::from_analysis(a);
+        let own: BTreeSet<u32> = g
+            .info
+            .target_pids
+            .iter()
+            .copied()
+            .filter(|pid| a.threads.contains_key(pid))
+            .collect();
+        if own.is_empty() {
+            return all;
+        }
+        let gpu_pids: BTreeSet<u32> = a
+            .gpus
+            .values()
+            .flat_map(|g| g.info.target_pids.iter().copied())
+            .collect();
+        let descends = |mut pid: u32| {
+            for _ in 0..64 {
+                match a.processes.get(&pid).and_then(|p| p.ppid) {
+                    Some(pp) if own.contains(&pp) => return true,
+                    Some(pp) if pp > 1 => pid = pp,
+                    _ => return false,
+                }
+            }
+            false
+        };
+        let workers: BTreeSet<u32> = a
+            .threads
+            .values()
+            .filter(|t| !gpu_pids.contains(&t.pid) && descends(t.pid))
+            .map(|t| t.tid)
+            .collect();
+        Self {
+            feeders: own,
+            workers: if workers.is_empty() {
+                all.workers
+            } else {
+                workers
+            },
+        }
     }
 
     pub fn role(&self, tid: u32) -> Role {

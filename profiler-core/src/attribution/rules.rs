@@ -17,23 +17,78 @@
 //! work), so IO wait alone understates what reading from disk took.
 //!
 //! where a worker share is that state's part of the workers' *active* time (on-CPU, queued
-//! or in IO): what the workers were doing while the feeder waited for them. The highest
-//! score wins; when none covers at least a third of the idle fraction, the window is
-//! `unknown`, with the reason.
+//! or in IO): what the workers were doing while the feeder waited for them.
+//!
+//! When the CUDA probes watched the feeder's process, its time inside CUDA calls is known
+//! instead of guessed: that time is taken out of its on-CPU and then its run-queue time
+//! (a waiting thread spins, and yields), and is scored by what it waited for:
+//! - `nccl_wait` = sync time with a collective outstanding,
+//! - `pinned_memory_copy` = copy time (staging pageable memory, or waiting on the copy engine),
+//! - `pcie` = the same copy time, instead, when the link limits it (see [`HostWindow`]),
+//!
+//! where the busy part of the window is first covered by syncs that waited for kernels, and
+//! the rest of it by the copy and collective waits in proportion (a sync on a copy also
+//! waits for the kernels queued behind it). The highest score wins; when none covers at least
+//! a third of the idle fraction, the window is `unknown`, with the reason.
 use super::{Cause, window::HostWindow};
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Label {
     pub cause: Cause,
     pub reason: Option<String>,
-    /// Scores in the order of `Cause::ALL` minus `Unknown`.
-    pub scores: [f64; 4],
+    /// Scores in the order of [`SCORED`].
+    pub scores: [f64; 7],
 }
+
+/// The causes a window can score for, in the order of [`Label::scores`].
+pub const SCORED: [Cause; 7] = [
+    Cause::DataloaderCpu,
+    Cause::Disk,
+    Cause::CpuContention,
+    Cause::HostCompute,
+    Cause::PinnedMemoryCopy,
+    Cause::Pcie,
+    Cause::NcclWait,
+];
 
 /// Workers busy less than this share of their time count as idle.
 const WORKERS_ACTIVE_MIN: f64 = 0.05;
 /// A winning score must cover this much of the window's idle fraction.
 const MIN_COVER: f64 = 1.0 / 3.0;
+
+/// The feeder's probed CUDA time as fractions of its accounted time.
+#[derive(Clone, Copy, Debug, Default)]
+struct CudaShares {
+    total: f64,
+    copy: f64,
+    collective: f64,
+}
+
+fn cuda_shares(host: &HostWindow, busy: f64) -> Option<CudaShares> {
+    let c = host.cuda?;
+    let t = host.feeder.total();
+    if t <= 0.0 {
+        return Some(CudaShares::default());
+    }
+    let total = (c.total() / t).min(1.0);
+    let kernel = c.kernel_ns / t;
+    let collective = c.collective_ns / t;
+    let pinned = c.pinned_copy_ns / t;
+    let pageable = c.pageable_copy_ns / t;
+    // Busy time not covered by kernel syncs was covered by the other syncs.
+    let spill = (busy - kernel).max(0.0);
+    let gpu_waits = pinned + collective;
+    let keep = if gpu_waits > 0.0 {
+        (1.0 - spill / gpu_waits).max(0.0)
+    } else {
+        0.0
+    };
+    Some(CudaShares {
+        total,
+        copy: pageable + pinned * keep,
+        collective: collective * keep,
+    })
+}
 
 pub fn label_window(host: &HostWindow, busy: f64) -> Label {
     let idle = (1.0 - busy).clamp(0.0, 1.0);
@@ -49,18 +104,31 @@ pub fn label_window(host: &HostWindow, busy: f64) -> Label {
     } else {
         (0.0, 0.0, 0.0)
     };
-    let spin_left = (busy - f.on_cpu).max(0.0);
+    let cuda = cuda_shares(host, busy);
+    // Without probes, spinning is assumed to cover the busy part; with them it is measured.
+    let (on, rq, cover) = match cuda {
+        Some(c) => {
+            let in_cuda_on = f.on_cpu.min(c.total);
+            let in_cuda_rq = f.runqueue.min(c.total - in_cuda_on);
+            (f.on_cpu - in_cuda_on, f.runqueue - in_cuda_rq, 0.0)
+        }
+        None => (f.on_cpu, f.runqueue, busy),
+    };
+    let spin_left = (cover - on).max(0.0);
+    let c = cuda.unwrap_or_default();
+    let (copy, pcie) = if host.link_limited {
+        (0.0, c.copy)
+    } else {
+        (c.copy, 0.0)
+    };
     let scores = [
         f.blocked * w_on,
         f.io_wait + f.blocked * 3.0 * w_io,
-        (f.runqueue - spin_left).max(0.0) + f.blocked * 2.0 * w_rq,
-        (f.on_cpu - busy).max(0.0),
-    ];
-    let causes = [
-        Cause::DataloaderCpu,
-        Cause::Disk,
-        Cause::CpuContention,
-        Cause::HostCompute,
+        (rq - spin_left).max(0.0) + f.blocked * 2.0 * w_rq,
+        (on - cover).max(0.0),
+        copy,
+        pcie,
+        c.collective,
     ];
     let (best, score) =
         scores.iter().enumerate().fold(
@@ -76,11 +144,15 @@ pub fn label_window(host: &HostWindow, busy: f64) -> Label {
     }
     if score < MIN_COVER * idle || score <= 0.0 {
         let reason = format!(
-            "the feeder was {:.0}% on-CPU, {:.0}% blocked, {:.0}% in IO and {:.0}% queued while the GPU idled {:.0}%, and the workers were {}",
+            "the feeder was {:.0}% on-CPU, {:.0}% blocked, {:.0}% in IO and {:.0}% queued{} while the GPU idled {:.0}%, and the workers were {}",
             f.on_cpu * 100.0,
             f.blocked * 100.0,
             f.io_wait * 100.0,
             f.runqueue * 100.0,
+            match cuda {
+                Some(c) => format!(" ({:.0}% inside CUDA calls)", c.total * 100.0),
+                None => String::new(),
+            },
             idle * 100.0,
             if w_on + w_rq + w_io == 0.0 {
                 "idle"
@@ -95,7 +167,7 @@ pub fn label_window(host: &HostWindow, busy: f64) -> Label {
         };
     }
     Label {
-        cause: causes[best],
+        cause: SCORED[best],
         reason: None,
         scores,
     }
@@ -174,6 +246,54 @@ mod tests {
         assert!(l.reason.unwrap().contains("workers were idle"));
         let own_work = host(st(95.0, 5.0, 0.0, 0.0), st(0.0, 0.0, 0.0, 200.0));
         assert_eq!(label_window(&own_work, 0.25).cause, Cause::HostCompute);
+    }
+
+    fn probed(feeder: States, cuda: crate::cuda::WaitTotals, link_limited: bool) -> HostWindow {
+        HostWindow {
+            feeder,
+            cuda: Some(cuda),
+            link_limited,
+            ..HostWindow::default()
+        }
+    }
+
+    fn waits(pageable: f64, pinned: f64, collective: f64, kernel: f64) -> crate::cuda::WaitTotals {
+        crate::cuda::WaitTotals {
+            pageable_copy_ns: pageable,
+            pinned_copy_ns: pinned,
+            collective_ns: collective,
+            kernel_ns: kernel,
+            copy_bytes: 0.0,
+        }
+    }
+
+    #[test]
+    fn a_sync_spinning_on_a_collective_is_nccl_wait_not_host_compute() {
+        // On-CPU all along: without probes this reads as host work.
+        let feeder = st(90.0, 10.0, 0.0, 0.0);
+        assert_eq!(
+            label_window(&host(feeder, States::default()), 0.1).cause,
+            Cause::HostCompute
+        );
+        let l = label_window(&probed(feeder, waits(0.0, 0.0, 85.0, 10.0), false), 0.1);
+        assert_eq!(l.cause, Cause::NcclWait, "{:?}", l.scores);
+    }
+
+    #[test]
+    fn copy_waits_are_pinned_memory_copy_or_pcie_by_the_link() {
+        let feeder = st(60.0, 0.0, 0.0, 40.0);
+        let copy = probed(feeder, waits(50.0, 0.0, 0.0, 0.0), false);
+        assert_eq!(label_window(&copy, 0.0).cause, Cause::PinnedMemoryCopy);
+        let slow_link = probed(feeder, waits(0.0, 70.0, 0.0, 0.0), true);
+        assert_eq!(label_window(&slow_link, 0.2).cause, Cause::Pcie);
+    }
+
+    #[test]
+    fn busy_time_inside_a_copy_sync_is_not_counted_as_copy() {
+        // The sync waited 90: 70 of it for kernels queued behind a short copy.
+        let feeder = st(95.0, 5.0, 0.0, 0.0);
+        let l = label_window(&probed(feeder, waits(0.0, 90.0, 0.0, 0.0), false), 0.7);
+        assert!((l.scores[4] - 0.2).abs() < 1e-9, "{:?}", l.scores);
     }
 
     #[test]

@@ -46,6 +46,12 @@ pub struct HostWindow {
     pub feeder: States,
     pub workers: States,
     pub other: States,
+    /// The feeder's time inside CUDA calls, by what it waited for; `None` when no probe
+    /// watched its process.
+    pub cuda: Option<crate::cuda::WaitTotals>,
+    /// The PCIe link limits copies: trained below its maximum generation or width with
+    /// copies far below what the full link gives, or saturated.
+    pub link_limited: bool,
 }
 
 /// Finds the ticks that overlap a window without scanning the whole timeline.

@@ -1,0 +1,166 @@
+//! Evidence for the causes the CUDA probes name: the calls the feeder's process waited in,
+//! pinned against pageable bytes, the bandwidth copies achieved, and the PCIe link.
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::{Cause, link::LinkState, roles::Roles};
+use crate::cuda::{CudaOp, WaitKind};
+use crate::model::{Analysis, GpuTimeline};
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct CudaEvidence {
+    /// Time the GPU's processes spent in the waits this cause is about, ns.
+    pub wait_ns: u64,
+    /// The calls behind it, longest total first.
+    pub calls: Vec<CallEvidence>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub copies: Option<CopyEvidence>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub link: Option<LinkEvidence>,
+    /// NCCL collectives enqueued in the stall, by op.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub collectives: Vec<CollectiveEvidence>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct CallEvidence {
+    pub api: String,
+    /// Who called it (the return address at entry, symbolized).
+    pub caller: String,
+    pub calls: u64,
+    pub total_ns: u64,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct CopyEvidence {
+    pub pinned_bytes: u64,
+    pub pageable_bytes: u64,
+    /// Bytes over the time the feeder waited on copies: a lower bound, since a sync on a
+    /// copy also waits for kernels queued behind it.
+    pub achieved_gbps: Option<f64>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct LinkEvidence {
+    pub generation: u32,
+    pub width: u32,
+    pub max_gen: u32,
+    pub max_width: u32,
+    /// What the link gives now, and at its maximum generation and width.
+    pub current_gbps: f64,
+    pub expected_gbps: f64,
+    pub saturated: bool,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct CollectiveEvidence {
+    pub op: &'static str,
+    pub calls: u64,
+    pub bytes: u64,
+}
+
+fn wanted(cause: Cause, kind: WaitKind) -> bool {
+    match cause {
+        Cause::PinnedMemoryCopy | Cause::Pcie => {
+            matches!(kind, WaitKind::PageableCopy | WaitKind::PinnedCopy)
+        }
+        Cause::NcclWait => kind == WaitKind::Collective,
+        _ => false,
+    }
+}
+
+pub fn gather(
+    a: &Analysis,
+    roles: &Roles,
+    g: &GpuTimeline,
+    cause: Cause,
+    start: u64,
+    end: u64,
+) -> Option<CudaEvidence> {
+    if !matches!(
+        cause,
+        Cause::PinnedMemoryCopy | Cause::Pcie | Cause::NcclWait
+    ) {
+        return None;
+    }
+    let gpu_pids: Vec<u32> = roles
+        .feeders
+        .iter()
+        .filter_map(|t| a.threads.get(t).map(|t| t.pid))
+        .collect();
+    let mut ev = CudaEvidence::default();
+    let mut calls: BTreeMap<(String, String), CallEvidence> = BTreeMap::new();
+    let (mut copy_ns, mut copy_bytes) = (0u64, 0u64);
+    let (mut pinned, mut pageable) = (0u64, 0u64);
+    for w in &a.cuda.waits {
+        if w.end_ns <= start || w.start_ns >= end || !gpu_pids.contains(&w.pid) {
+            continue;
+        }
+        if !wanted(cause, w.kind) {
+            continue;
+        }
+        let ns = w.end_ns - w.start_ns;
+        ev.wait_ns += ns;
+        if matches!(w.kind, WaitKind::PageableCopy | WaitKind::PinnedCopy) {
+            copy_ns += ns;
+            copy_bytes += w.bytes;
+            if w.kind == WaitKind::PinnedCopy {
+                pinned += w.bytes;
+            } else {
+                pageable += w.bytes;
+            }
+        }
+        let call = &a.cuda.calls[w.call];
+        let e = calls
+            .entry((call.api.clone(), call.caller.clone()))
+            .or_insert_with(|| CallEvidence {
+                api: call.api.clone(),
+                caller: call.caller.clone(),
+                ..CallEvidence::default()
+            });
+        e.calls += 1;
+        e.total_ns += ns;
+    }
+    let mut calls: Vec<CallEvidence> = calls.into_values().collect();
+    calls.sort_by(|x, y| y.total_ns.cmp(&x.total_ns).then(x.api.cmp(&y.api)));
+    calls.truncate(5);
+    ev.calls = calls;
+    if matches!(cause, Cause::PinnedMemoryCopy | Cause::Pcie) {
+        let achieved = (copy_ns > 0 && copy_bytes > 0).then(|| copy_bytes as f64 / copy_ns as f64);
+        ev.copies = Some(CopyEvidence {
+            pinned_bytes: pinned,
+            pageable_bytes: pageable,
+            achieved_gbps: achieved,
+        });
+        ev.link = LinkState::at(g, end).map(|l| LinkEvidence {
+            generation: l.generation,
+            width: l.width,
+            max_gen: l.max_gen,
+            max_width: l.max_width,
+            current_gbps: l.current_gbps(),
+            expected_gbps: l.max_gbps(),
+            saturated: l.saturated(),
+        });
+    }
+    if cause == Cause::NcclWait {
+        let mut by_op: BTreeMap<&'static str, CollectiveEvidence> = BTreeMap::new();
+        for c in &a.cuda.calls {
+            if c.start_ns < start || c.start_ns >= end || !gpu_pids.contains(&c.pid) {
+                continue;
+            }
+            if let CudaOp::Collective { op, bytes, .. } = c.op {
+                let e = by_op
+                    .entry(op.name())
+                    .or_insert_with(|| CollectiveEvidence {
+                        op: op.name(),
+                        ..CollectiveEvidence::default()
+                    });
+                e.calls += 1;
+                e.bytes += bytes;
+            }
+        }
+        ev.collectives = by_op.into_values().collect();
+    }
+    Some(ev)
+}

@@ -1,0 +1,90 @@
+//! Per-process totals of what the CUDA/NCCL probes saw, for the reports.
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::{CudaView, LaunchStats, ProbedLibrary, RankInfo, WaitKind};
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct CudaSummary<'a> {
+    pub libraries: &'a [ProbedLibrary],
+    pub processes: Vec<ProcessCuda>,
+    /// How long the launch probes were on: launch rates are counts over this.
+    pub launch_probed_ns: u64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct ProcessCuda {
+    pub pid: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rank: Option<RankInfo>,
+    /// Time inside CUDA calls by what was waited for, ns.
+    pub wait_ns: BTreeMap<WaitKind, u64>,
+    pub calls: Vec<ApiTotal>,
+    pub pinned_copy_bytes: u64,
+    pub pageable_copy_bytes: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub launches: Option<LaunchStats>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ApiTotal {
+    pub api: String,
+    pub calls: u64,
+    pub total_ns: u64,
+    /// Calls that returned an error.
+    pub errors: u64,
+}
+
+pub fn summarize(v: &CudaView) -> CudaSummary<'_> {
+    let mut procs: BTreeMap<u32, ProcessCuda> = BTreeMap::new();
+    let mut apis: BTreeMap<(u32, &str), ApiTotal> = BTreeMap::new();
+    for c in &v.calls {
+        procs.entry(c.pid).or_default();
+        let t = apis
+            .entry((c.pid, c.api.as_str()))
+            .or_insert_with(|| ApiTotal {
+                api: c.api.clone(),
+                ..ApiTotal::default()
+            });
+        t.calls += 1;
+        t.total_ns += c.end_ns.saturating_sub(c.start_ns);
+        if c.status != 0 {
+            t.errors += 1;
+        }
+    }
+    for w in &v.waits {
+        *procs
+            .entry(w.pid)
+            .or_default()
+            .wait_ns
+            .entry(w.kind)
+            .or_default() += w.end_ns - w.start_ns;
+    }
+    for (pid, l) in &v.launches {
+        procs.entry(*pid).or_default().launches = Some(*l);
+    }
+    for (pid, (pinned, pageable)) in &v.copy_bytes {
+        let p = procs.entry(*pid).or_default();
+        p.pinned_copy_bytes = *pinned;
+        p.pageable_copy_bytes = *pageable;
+    }
+    for ((pid, _), t) in apis {
+        procs.entry(pid).or_default().calls.push(t);
+    }
+    let processes = procs
+        .into_iter()
+        .map(|(pid, mut p)| {
+            p.pid = pid;
+            p.rank = v.ranks.get(&pid).copied();
+            p.calls
+                .sort_by(|x, y| y.total_ns.cmp(&x.total_ns).then(x.api.cmp(&y.api)));
+            p
+        })
+        .collect();
+    CudaSummary {
+        libraries: &v.libraries,
+        processes,
+        launch_probed_ns: v.launch_probed_ns,
+    }
+}

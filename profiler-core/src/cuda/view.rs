@@ -1,0 +1,497 @@
+//! The per-process picture the CUDA/NCCL probes give: each call of a traced thread, and each
+//! interval the thread spent waiting inside the CUDA API, classified by what it waited for.
+//!
+//! A sync waits for everything queued on its stream (or, for context and event syncs,
+//! every stream of the process, since the probes do not see which stream an event was
+//! recorded on) since the previous sync that covered that stream. A sync with an NCCL
+//! collective outstanding waits for the slowest rank; one with a pinned copy outstanding
+//! waits for the copy engine; otherwise it waits for kernels. Copies from pageable memory
+//! stage through a bounce buffer inside the call, so their wait is the call itself, as is
+//! a synchronous copy's.
+use std::collections::{BTreeMap, HashMap};
+
+use serde::Serialize;
+
+use super::{CopyDir, CudaOp, Library, SyncScope};
+use crate::record::CudaCall;
+
+/// What a thread waited for inside the CUDA API.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WaitKind {
+    /// Staging a copy out of pageable memory (or a synchronous copy from it).
+    PageableCopy,
+    /// A copy from or to page-locked memory, on the copy engine.
+    PinnedCopy,
+    /// A sync whose outstanding work includes an NCCL collective.
+    Collective,
+    /// A sync waiting for kernels only.
+    Kernel,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct HostWait {
+    pub tid: u32,
+    pub pid: u32,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub kind: WaitKind,
+    /// Bytes copied, for copy waits.
+    pub bytes: u64,
+    /// Index into [`CudaView::calls`].
+    pub call: usize,
+}
+
+/// A probed library file.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ProbedLibrary {
+    pub pid: u32,
+    pub path: String,
+    pub library: Library,
+    pub attached: usize,
+    pub missing: Vec<(String, String)>,
+}
+
+/// A process's NCCL communicator membership, from `ncclCommInitRank`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct RankInfo {
+    pub rank: u32,
+    pub nranks: u32,
+    /// The unique id's first 8 bytes: the same in every rank of the communicator.
+    pub comm_id: u64,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct LaunchStats {
+    /// Launches counted while the launch probes were on.
+    pub counted: u64,
+    /// Estimated launches per second over the recording.
+    pub per_sec: f64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct CudaView {
+    pub libraries: Vec<ProbedLibrary>,
+    /// Sorted by entry time.
+    pub calls: Vec<CudaCall>,
+    /// Sorted by start.
+    pub waits: Vec<HostWait>,
+    /// By PID.
+    pub ranks: BTreeMap<u32, RankInfo>,
+    /// By PID.
+    pub launches: BTreeMap<u32, LaunchStats>,
+    /// Time the launch probes were on.
+    pub launch_probed_ns: u64,
+    /// Copies classed pinned vs pageable, by PID: (pinned bytes, pageable bytes).
+    pub copy_bytes: BTreeMap<u32, (u64, u64)>,
+}
+
+impl CudaView {
+    pub fn is_empty(&self) -> bool {
+        self.libraries.is_empty() && self.calls.is_empty()
+    }
+
+    /// Processes whose CUDA calls the probes saw (so their waits are known, not guessed).
+    pub fn probed_pids(&self) -> impl Iterator<Item = u32> + '_ {
+        self.libraries
+            .iter()
+            .map(|l| l.pid)
+            .chain(self.calls.iter().map(|c| c.pid))
+    }
+}
+
+/// Page-locked host ranges of one process over time.
+#[derive(Default)]
+struct Pinned {
+    ranges: BTreeMap<u64, u64>,
+}
+
+impl Pinned {
+    fn contains(&self, addr: u64) -> bool {
+        self.ranges
+            .range(..=addr)
+            .next_back()
+            .is_some_and(|(start, len)| addr < start.saturating_add(*len))
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Queued {
+    Copy { pinned: bool, bytes: u64 },
+    Collective,
+}
+
+/// Builds the view from the probed calls, in any order.
+pub fn build(
+    mut calls: Vec<CudaCall>,
+    libraries: Vec<ProbedLibrary>,
+    launch_counts: &BTreeMap<u32, u64>,
+    launch_probed_ns: u64,
+) -> CudaView {
+    calls.sort_by_key(|c| (c.start_ns, c.tid));
+    let mut pinned: HashMap<u32, Pinned> = HashMap::new();
+    let mut queued: HashMap<(u32, u64), Vec<Queued>> = HashMap::new();
+    let mut waits = Vec::new();
+    let mut ranks = BTreeMap::new();
+    let mut copy_bytes: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
+    for (i, c) in calls.iter().enumerate() {
+        let wait = |kind, bytes| HostWait {
+            tid: c.tid,
+            pid: c.pid,
+            start_ns: c.start_ns,
+            end_ns: c.end_ns.max(c.start_ns),
+            kind,
+            bytes,
+            call: i,
+        };
+        match c.op {
+            CudaOp::Pin { addr, bytes } if c.status == 0 && addr != 0 => {
+                pinned.entry(c.pid).or_default().ranges.insert(addr, bytes);
+            }
+            CudaOp::Unpin { addr } if c.status == 0 => {
+                pinned.entry(c.pid).or_default().ranges.remove(&addr);
+            }
+            CudaOp::Copy {
+                dir,
+                dst,
+                src,
+                bytes,
+                stream,
+                asynchronous,
+            } => {
+                let p = pinned.entry(c.pid).or_default();
+                let is_pinned = match dir {
+                    CopyDir::HostToDevice => p.contains(src),
+                    CopyDir::DeviceToHost => p.contains(dst),
+                    CopyDir::HostToHost => p.contains(src) && p.contains(dst),
+                    // Unified addressing: whichever side is host memory. Device-to-device
+                    // copies never stage.
+                    CopyDir::Unknown | CopyDir::DeviceToDevice => true,
+                };
+                let e = copy_bytes.entry(c.pid).or_default();
+                if is_pinned {
+                    e.0 += bytes;
+                } else {
+                    e.1 += bytes;
+                }
+                if asynchronous && is_pinned {
+                    queued
+                        .entry((c.pid, stream))
+                        .or_default()
+                        .push(Queued::Copy {
+                            pinned: true,
+                            bytes,
+                        });
+                } else {
+                    let kind = if is_pinned {
+                        WaitKind::PinnedCopy
+                    } else {
+                        WaitKind::PageableCopy
+                    };
+                    waits.push(wait(kind, bytes));
+                }
+            }
+            CudaOp::Collective { stream, .. } => {
+                queued
+                    .entry((c.pid, stream))
+                    .or_default()
+                    .push(Queued::Collective);
+            }
+            CudaOp::CommInit {
+                nranks, rank, id, ..
+            } if c.status == 0 => {
+                ranks.insert(
+                    c.pid,
+                    RankInfo {
+                        rank,
+                        nranks,
+                        comm_id: id,
+                    },
+                );
+            }
+            CudaOp::Sync { scope, handle } => {
+                let mut outstanding = Vec::new();
+                match scope {
+                    SyncScope::Stream => {
+                        if let Some(q) = queued.remove(&(c.pid, handle)) {
+                            outstanding = q;
+                        }
+                    }
+                    SyncScope::Event | SyncScope::Context => {
+                        let keys: Vec<(u32, u64)> =
+                            queued.keys().filter(|k| k.0 == c.pid).copied().collect();
+                        for k in keys {
+                            outstanding.extend(queued.remove(&k).unwrap_or_default());
+                        }
+                    }
+                }
+                let kind = if outstanding.iter().any(|q| matches!(q, Queued::Collective)) {
+                    WaitKind::Collective
+                } else if outstanding
+                    .iter()
+                    .any(|q| matches!(q, Queued::Copy { pinned: true, .. }))
+                {
+                    WaitKind::PinnedCopy
+                } else if !outstanding.is_empty() {
+                    WaitKind::PageableCopy
+                } else {
+                    WaitKind::Kernel
+                };
+                let bytes = outstanding
+                    .iter()
+                    .map(|q| match q {
+                        Queued::Copy { bytes, .. } => *bytes,
+                        Queued::Collective => 0,
+                    })
+                    .sum();
+                waits.push(wait(kind, bytes));
+            }
+            _ => {}
+        }
+    }
+    waits.sort_by_key(|w| (w.start_ns, w.tid));
+    let launches = launch_counts
+        .iter()
+        .map(|(&pid, &counted)| {
+            let per_sec = if launch_probed_ns > 0 {
+                counted as f64 / (launch_probed_ns as f64 / 1e9)
+            } else {
+                0.0
+            };
+            (pid, LaunchStats { counted, per_sec })
+        })
+        .collect();
+    CudaView {
+        libraries,
+        calls,
+        waits,
+        ranks,
+        launches,
+        launch_probed_ns,
+        copy_bytes,
+    }
+}
+
+/// Wait time of `tids` inside `[start, end)`, by kind, and the copy bytes prorated into it.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct WaitTotals {
+    pub pageable_copy_ns: f64,
+    pub pinned_copy_ns: f64,
+    pub collective_ns: f64,
+    pub kernel_ns: f64,
+    pub copy_bytes: f64,
+}
+
+impl WaitTotals {
+    pub fn total(&self) -> f64 {
+        self.pageable_copy_ns + self.pinned_copy_ns + self.collective_ns + self.kernel_ns
+    }
+
+    pub fn copy_ns(&self) -> f64 {
+        self.pageable_copy_ns + self.pinned_copy_ns
+    }
+}
+
+/// Finds waits overlapping a window quickly: waits are short next to a recording, so a
+/// search on start plus a bounded look-back (the longest wait) finds every overlap.
+pub struct WaitIndex<'a> {
+    waits: &'a [HostWait],
+    longest: u64,
+}
+
+impl<'a> WaitIndex<'a> {
+    pub fn new(waits: &'a [HostWait]) -> Self {
+        let longest = waits
+            .iter()
+            .map(|w| w.end_ns - w.start_ns)
+            .max()
+            .unwrap_or(0);
+        Self { waits, longest }
+    }
+
+    pub fn totals(&self, start: u64, end: u64, tid: impl Fn(u32) -> bool) -> WaitTotals {
+        let mut t = WaitTotals::default();
+        let from = self
+            .waits
+            .partition_point(|w| w.start_ns < start.saturating_sub(self.longest));
+        for w in &self.waits[from..] {
+            if w.start_ns >= end {
+                break;
+            }
+            if !tid(w.tid) {
+                continue;
+            }
+            let overlap = end.min(w.end_ns).saturating_sub(start.max(w.start_ns));
+            if overlap == 0 {
+                continue;
+            }
+            let ns = overlap as f64;
+            match w.kind {
+                WaitKind::PageableCopy => t.pageable_copy_ns += ns,
+                WaitKind::PinnedCopy => t.pinned_copy_ns += ns,
+                WaitKind::Collective => t.collective_ns += ns,
+                WaitKind::Kernel => t.kernel_ns += ns,
+            }
+            let len = (w.end_ns - w.start_ns).max(1) as f64;
+            t.copy_bytes += w.bytes as f64 * ns / len;
+        }
+        t
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cuda::Collective;
+
+    fn call(start: u64, end: u64, op: CudaOp) -> CudaCall {
+        CudaCall {
+            tid: 7,
+            pid: 7,
+            start_ns: start,
+            end_ns: end,
+            api: "x".into(),
+            op,
+            status: 0,
+            caller: String::new(),
+        }
+    }
+
+    fn h2d(start: u64, end: u64, src: u64, asynchronous: bool) -> CudaCall {
+        call(
+            start,
+            end,
+            CudaOp::Copy {
+                dir: CopyDir::HostToDevice,
+                dst: 0xd000,
+                src,
+                bytes: 100,
+                stream: 1,
+                asynchronous,
+            },
+        )
+    }
+
+    fn sync(start: u64, end: u64) -> CudaCall {
+        call(
+            start,
+            end,
+            CudaOp::Sync {
+                scope: SyncScope::Stream,
+                handle: 1,
+            },
+        )
+    }
+
+    fn kinds(v: &CudaView) -> Vec<(u64, WaitKind, u64)> {
+        v.waits
+            .iter()
+            .map(|w| (w.start_ns, w.kind, w.bytes))
+            .collect()
+    }
+
+    #[test]
+    fn syncs_are_classed_by_what_their_stream_had_queued() {
+        let calls = vec![
+            call(
+                0,
+                1,
+                CudaOp::Pin {
+                    addr: 0x1000,
+                    bytes: 0x1000,
+                },
+            ),
+            // Pinned, asynchronous: the wait shows in the next sync.
+            h2d(10, 11, 0x1800, true),
+            sync(12, 50),
+            // Nothing queued: kernels.
+            sync(60, 70),
+            // Pageable: staged inside the call.
+            h2d(80, 95, 0x9000, true),
+            sync(96, 100),
+            call(
+                110,
+                111,
+                CudaOp::Collective {
+                    op: Collective::AllReduce,
+                    bytes: 4,
+                    comm: 9,
+                    stream: 1,
+                    peer: None,
+                },
+            ),
+            h2d(112, 113, 0x1800, true),
+            sync(114, 200),
+            call(210, 211, CudaOp::Unpin { addr: 0x1000 }),
+            h2d(220, 240, 0x1800, true),
+        ];
+        let v = build(calls, Vec::new(), &BTreeMap::new(), 0);
+        assert_eq!(
+            kinds(&v),
+            vec![
+                (12, WaitKind::PinnedCopy, 100),
+                (60, WaitKind::Kernel, 0),
+                (80, WaitKind::PageableCopy, 100),
+                (96, WaitKind::Kernel, 0),
+                (114, WaitKind::Collective, 100),
+                (220, WaitKind::PageableCopy, 100),
+            ]
+        );
+        assert_eq!(v.copy_bytes[&7], (200, 200));
+    }
+
+    #[test]
+    fn a_context_sync_waits_for_every_stream() {
+        let mut coll = call(
+            0,
+            1,
+            CudaOp::Collective {
+                op: Collective::AllGather,
+                bytes: 8,
+                comm: 1,
+                stream: 42,
+                peer: None,
+            },
+        );
+        coll.pid = 7;
+        let ctx = call(
+            5,
+            9,
+            CudaOp::Sync {
+                scope: SyncScope::Context,
+                handle: 0,
+            },
+        );
+        let v = build(vec![ctx, coll], Vec::new(), &BTreeMap::new(), 0);
+        assert_eq!(kinds(&v), vec![(5, WaitKind::Collective, 0)]);
+    }
+
+    #[test]
+    fn window_totals_prorate_by_overlap() {
+        let v = build(
+            vec![h2d(0, 100, 0x9000, false), sync(100, 200)],
+            Vec::new(),
+            &BTreeMap::new(),
+            0,
+        );
+        let t = WaitIndex::new(&v.waits).totals(50, 150, |_| true);
+        assert_eq!(t.pageable_copy_ns, 50.0);
+        assert_eq!(t.kernel_ns, 50.0);
+        assert_eq!(t.copy_bytes, 50.0);
+        assert_eq!(
+            WaitIndex::new(&v.waits).totals(50, 150, |t| t != 7).total(),
+            0.0
+        );
+    }
+
+    #[test]
+    fn launch_rates_scale_by_the_probed_time() {
+        let v = build(
+            Vec::new(),
+            Vec::new(),
+            &BTreeMap::from([(7, 500)]),
+            250_000_000,
+        );
+        assert_eq!(v.launches[&7].per_sec, 2000.0);
+    }
+}

@@ -1,0 +1,138 @@
+//! Uprobes on the CUDA driver, CUDA runtime and NCCL: what the threads feeding a GPU wait on.
+//!
+//! One entry and one return program serve every probed function; the attach cookie names the
+//! function (user space's table) and says what to read. Arguments are kept raw, six
+//! registers and the first stack slot, and decoded in user space, where each function's
+//! signature is known. Only the outermost probed call of a thread is reported: cudart's
+//! `cudaMemcpyAsync` calling the driver's `cuMemcpyAsync` is one call, with cudart's
+//! arguments. Kernel launches get an entry-only counter instead: at tens of thousands of
+//! launches a second, a record (let alone a return probe) per launch would cost the job more
+//! than everything else stallscope does.
+use aya_ebpf::{
+    EbpfContext,
+    helpers::{
+        bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user,
+        generated::bpf_get_attach_cookie,
+    },
+    macros::{uprobe, uretprobe},
+    programs::{ProbeContext, RetProbeContext},
+};
+use profiler_common::{CALL_ARGS, CallEntry, CudaCall, cookie, kind};
+
+use crate::{
+    emit::{header, reserve, wakeup_flags},
+    maps::{CONTROL, CUDA_INFLIGHT, LAUNCHES, THREADS},
+};
+
+#[inline(always)]
+fn stopped() -> bool {
+    CONTROL.get(0).is_some_and(|v| *v != 0)
+}
+
+#[inline(always)]
+fn attach_cookie<C: EbpfContext>(ctx: &C) -> u64 {
+    // SAFETY: a helper with no preconditions; 0 when the link has no cookie.
+    unsafe { bpf_get_attach_cookie(ctx.as_ptr()) }
+}
+
+#[uprobe]
+pub fn cuda_enter(ctx: ProbeContext) -> u32 {
+    let tid = bpf_get_current_pid_tgid() as u32;
+    if stopped() || THREADS.get_ptr(tid).is_none() {
+        return 0;
+    }
+    // SAFETY: the probe context is the task's saved user registers.
+    let regs = unsafe { &*ctx.regs };
+    let sp = regs.rsp;
+    if let Some(open) = CUDA_INFLIGHT.get_ptr_mut(tid) {
+        // SAFETY: map values stay valid for the program's run.
+        let open = unsafe { &mut *open };
+        if sp < open.sp {
+            open.nested += 1;
+            return 0;
+        }
+    }
+    let now = unsafe { bpf_ktime_get_ns() };
+    // SAFETY: user reads through the helper fail instead of faulting.
+    let caller = unsafe { bpf_probe_read_user(sp as *const u64) }.unwrap_or(0);
+    let stack_arg = unsafe { bpf_probe_read_user((sp + 8) as *const u64) }.unwrap_or(0);
+    let mut args = [0u64; CALL_ARGS];
+    args[0] = regs.rdi;
+    args[1] = regs.rsi;
+    args[2] = regs.rdx;
+    args[3] = regs.rcx;
+    args[4] = regs.r8;
+    args[5] = regs.r9;
+    args[6] = stack_arg;
+    let entry = CallEntry {
+        start_ns: now,
+        cookie: attach_cookie(&ctx),
+        sp,
+        nested: 0,
+        _pad: 0,
+        caller,
+        args,
+    };
+    let _ = CUDA_INFLIGHT.insert(tid, entry, 0);
+    0
+}
+
+#[uretprobe]
+pub fn cuda_exit(ctx: RetProbeContext) -> u32 {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let tid = pid_tgid as u32;
+    if stopped() {
+        return 0;
+    }
+    let Some(open) = CUDA_INFLIGHT.get_ptr_mut(tid) else {
+        return 0;
+    };
+    // SAFETY: map values stay valid for the program's run.
+    let open = unsafe { &mut *open };
+    if open.nested > 0 {
+        open.nested -= 1;
+        return 0;
+    }
+    let now = unsafe { bpf_ktime_get_ns() };
+    // SAFETY: the probe context is the task's saved user registers.
+    let ret = unsafe { (*ctx.regs).rax };
+    let out = if open.cookie & cookie::OUT_PTR != 0 {
+        // SAFETY: a checked user read.
+        unsafe { bpf_probe_read_user(open.args[0] as *const u64) }.unwrap_or(0)
+    } else {
+        0
+    };
+    if let Some(mut e) = reserve::<CudaCall>(kind::CUDA_CALL) {
+        e.write(CudaCall {
+            header: header(kind::CUDA_CALL, tid, (pid_tgid >> 32) as u32, open.start_ns),
+            end_ns: now,
+            cookie: open.cookie,
+            nested: 0,
+            _pad: 0,
+            caller: open.caller,
+            args: open.args,
+            ret,
+            out,
+        });
+        e.submit(wakeup_flags());
+    }
+    let _ = CUDA_INFLIGHT.remove(tid);
+    0
+}
+
+/// Kernel launches: a per-thread count, read by user space on every tick.
+#[uprobe]
+pub fn cuda_launch(_ctx: ProbeContext) -> u32 {
+    let tid = bpf_get_current_pid_tgid() as u32;
+    if stopped() || THREADS.get_ptr(tid).is_none() {
+        return 0;
+    }
+    match LAUNCHES.get_ptr_mut(tid) {
+        // SAFETY: only this thread's launches, on the CPU it runs on, write its entry.
+        Some(n) => unsafe { *n += 1 },
+        None => {
+            let _ = LAUNCHES.insert(tid, 1, 0);
+        }
+    }
+    0
+}

@@ -1,0 +1,269 @@
+//! Kernel-launch probes, switched on for a short window out of every period on a thread of
+//! their own. Removing a uprobe waits for an RCU-tasks grace period (hundreds of
+//! milliseconds on this kernel), which must not stall the session's tick.
+//!
+//! The perf events are opened here rather than through aya's attach, so that they can be
+//! closed from this thread: a uprobe perf event with the loaded program's fd attached
+//! (`PERF_EVENT_IOC_SET_BPF`), as aya itself does on kernels without BPF links.
+use std::{
+    ffi::CString,
+    os::fd::{AsRawFd, FromRawFd, OwnedFd},
+    path::PathBuf,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+        mpsc::{Receiver, RecvTimeoutError, Sender, channel},
+    },
+    thread::JoinHandle,
+    time::{Duration, Instant},
+};
+
+use crate::session::monotonic_ns;
+
+const PERF_EVENT_IOC_ENABLE: libc::c_ulong = 0x2400;
+const PERF_EVENT_IOC_SET_BPF: libc::c_ulong = 0x4004_2408;
+const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 8;
+/// `perf_event_attr` up to `config3` (PERF_ATTR_SIZE_VER8).
+const ATTR_WORDS: usize = 17;
+
+fn uprobe_pmu_type() -> std::io::Result<u32> {
+    std::fs::read_to_string("/sys/bus/event_source/devices/uprobe/type")?
+        .trim()
+        .parse()
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+}
+
+/// Opens a uprobe at `path`+`offset` for every process and runs `prog` on it.
+fn open_probe(
+    pmu: u32,
+    path: &std::ffi::CStr,
+    offset: u64,
+    prog: &OwnedFd,
+) -> std::io::Result<OwnedFd> {
+    let mut attr = [0u64; ATTR_WORDS];
+    attr[0] = u64::from(pmu) | ((ATTR_WORDS as u64 * 8) << 32);
+    // flags: disabled, so that nothing fires before the program is set.
+    attr[5] = 1;
+    attr[7] = path.as_ptr() as u64;
+    attr[8] = offset;
+    // SAFETY: a valid perf_event_attr of the size it declares; `path` outlives the call.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_perf_event_open,
+            attr.as_ptr(),
+            -1 as libc::pid_t,
+            0 as libc::c_int,
+            -1 as libc::c_int,
+            PERF_FLAG_FD_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a fresh descriptor this function owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    // SAFETY: ioctls on a perf event fd with an int argument.
+    unsafe {
+        if libc::ioctl(fd.as_raw_fd(), PERF_EVENT_IOC_SET_BPF, prog.as_raw_fd()) < 0
+            || libc::ioctl(fd.as_raw_fd(), PERF_EVENT_IOC_ENABLE, 0) < 0
+        {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(fd)
+}
+
+enum Cmd {
+    Add(PathBuf, u64),
+    /// Stop crediting probe time (the probes are silenced); answer when done.
+    EndWindow(Sender<()>),
+}
+
+pub struct LaunchWindows {
+    tx: Option<Sender<Cmd>>,
+    probed_ns: Arc<AtomicU64>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl LaunchWindows {
+    /// `on` out of every `period` (all of it when `on >= period`).
+    pub fn start(prog: OwnedFd, on: Duration, period: Duration) -> std::io::Result<Self> {
+        let pmu = uprobe_pmu_type()?;
+        let (tx, rx) = channel();
+        let probed_ns = Arc::new(AtomicU64::new(0));
+        let probed = probed_ns.clone();
+        let handle = std::thread::Builder::new()
+            .name("stallscope-launch".into())
+            .spawn(move || run(pmu, prog, on, period, rx, probed))?;
+        Ok(Self {
+            tx: Some(tx),
+            probed_ns,
+            handle: Some(handle),
+        })
+    }
+
+    pub fn add(&self, path: PathBuf, offset: u64) {
+        if let Some(tx) = &self.tx {
+            let _ = tx.send(Cmd::Add(path, offset));
+        }
+    }
+
+    /// Probe-on time not yet taken.
+    pub fn take_probed_ns(&self) -> u64 {
+        self.probed_ns.swap(0, Ordering::Relaxed)
+    }
+
+    /// Ends the current window's accounting now (the probes are silenced by then).
+    pub fn end_window(&self) {
+        if let Some(tx) = &self.tx {
+            let (done_tx, done_rx) = channel();
+            if tx.send(Cmd::EndWindow(done_tx)).is_ok() {
+                let _ = done_rx.recv_timeout(Duration::from_secs(1));
+            }
+        }
+    }
+
+    /// Closes the window and waits for the probes to be gone.
+    pub fn stop(&mut self) {
+        self.tx.take();
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for LaunchWindows {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+struct Worker {
+    pmu: u32,
+    prog: OwnedFd,
+    rx: Receiver<Cmd>,
+    probed: Arc<AtomicU64>,
+    targets: Vec<(CString, u64)>,
+    open: Vec<OwnedFd>,
+    /// When the probes were last switched on (or last accounted, while on).
+    on_since: Option<u64>,
+    /// The recording ended: no more windows, no more credit.
+    ended: bool,
+}
+
+impl Worker {
+    fn open_one(&mut self, i: usize) {
+        let (path, offset) = &self.targets[i];
+        match open_probe(self.pmu, path, *offset, &self.prog) {
+            Ok(fd) => self.open.push(fd),
+            Err(e) => log::debug!("launch probe {path:?}+{offset:#x}: {e}"),
+        }
+    }
+
+    fn switch_on(&mut self) {
+        for i in 0..self.targets.len() {
+            self.open_one(i);
+        }
+        self.on_since = Some(monotonic_ns());
+    }
+
+    /// Credits the time on so far.
+    fn account(&mut self) {
+        if self.ended {
+            return;
+        }
+        if let Some(since) = self.on_since {
+            let now = monotonic_ns();
+            self.probed
+                .fetch_add(now.saturating_sub(since), Ordering::Relaxed);
+            self.on_since = Some(now);
+        }
+    }
+
+    fn switch_off(&mut self) {
+        // The breakpoints go at the start of each close; the grace period after it costs
+        // the job nothing, so the window ends before it.
+        self.account();
+        self.on_since = None;
+        self.open.clear();
+    }
+
+    /// Handles commands until `deadline`; false once the session hung up.
+    fn wait_until(&mut self, deadline: Instant) -> bool {
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return true;
+            }
+            match self.rx.recv_timeout(left.min(Duration::from_millis(50))) {
+                Ok(Cmd::Add(path, offset)) => {
+                    use std::os::unix::ffi::OsStrExt;
+                    if let Ok(c) = CString::new(path.as_os_str().as_bytes()) {
+                        self.targets.push((c, offset));
+                        if self.on_since.is_some() {
+                            self.open_one(self.targets.len() - 1);
+                        }
+                    }
+                }
+                Ok(Cmd::EndWindow(done)) => {
+                    self.account();
+                    self.ended = true;
+                    let _ = done.send(());
+                }
+                Err(RecvTimeoutError::Disconnected) => return false,
+                Err(RecvTimeoutError::Timeout) => self.account(),
+            }
+        }
+    }
+}
+
+fn run(
+    pmu: u32,
+    prog: OwnedFd,
+    on: Duration,
+    period: Duration,
+    rx: Receiver<Cmd>,
+    probed: Arc<AtomicU64>,
+) {
+    let mut w = Worker {
+        pmu,
+        prog,
+        rx,
+        probed,
+        targets: Vec::new(),
+        open: Vec::new(),
+        on_since: None,
+        ended: false,
+    };
+    let mut cycle = Instant::now();
+    loop {
+        if w.ended {
+            // Wait for the session to hang up, then close what is open.
+            while w.wait_until(Instant::now() + Duration::from_secs(1)) {}
+            break;
+        }
+        if !w.targets.is_empty() {
+            w.switch_on();
+        }
+        if on >= period {
+            // Always on: a window per period would pay a grace period for nothing.
+            while w.wait_until(Instant::now() + period) {
+                if w.on_since.is_none() && !w.targets.is_empty() {
+                    w.switch_on();
+                }
+            }
+            break;
+        }
+        let live = w.wait_until(cycle + on);
+        w.switch_off();
+        if !live || !w.wait_until(cycle + period) {
+            break;
+        }
+        cycle += period;
+        // Behind after a slow close: start the next window from now.
+        if cycle + period < Instant::now() {
+            cycle = Instant::now();
+        }
+    }
+    w.switch_off();
+}

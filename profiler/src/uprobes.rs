@@ -1,0 +1,323 @@
+//! Puts the CUDA and NCCL uprobes on the libraries the traced processes map, once per file
+//! (device and inode), through `/proc/PID/root` so that a container's own copy is probed. New
+//! libraries are picked up as the maps are rescanned (PyTorch dlopens libcuda late).
+//!
+//! Launch probes are the exception to "attached for the whole run": a uprobe costs
+//! microseconds per hit, so at tens of thousands of launches a second they are switched on
+//! for a short window out of every period, and the counts are scaled by the time they were on.
+use std::{
+    collections::{BTreeMap, HashSet},
+    os::fd::{AsFd, OwnedFd},
+    os::unix::fs::MetadataExt,
+    path::PathBuf,
+    time::Duration,
+};
+
+use aya::{
+    Ebpf,
+    maps::{HashMap as BpfHashMap, MapData},
+    programs::{
+        ProgramError, UProbe,
+        uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLink, UProbeScope},
+    },
+};
+use profiler_common::cookie;
+use profiler_core::{
+    cuda::{APIS, Library, Probe},
+    record::{LaunchCount, Record},
+};
+
+use crate::session::monotonic_ns;
+
+pub const ENTER: &str = "cuda_enter";
+pub const EXIT: &str = "cuda_exit";
+pub const LAUNCH: &str = "cuda_launch";
+
+/// When launch probes are on: `on` out of every `period`.
+#[derive(Clone, Copy, Debug)]
+pub struct LaunchDuty {
+    pub on: Duration,
+    pub period: Duration,
+}
+
+impl LaunchDuty {
+    /// Percent of the time on; 100 keeps them attached, 0 never attaches them.
+    pub fn from_percent(pct: u32, tick: Duration) -> Self {
+        let period = tick * 10;
+        Self {
+            on: period * pct.min(100) / 100,
+            period,
+        }
+    }
+}
+
+pub struct CudaProbes {
+    /// Files already probed (or found unprobeable), by (st_dev, st_ino).
+    seen: HashSet<(u64, u64)>,
+    windows: Option<crate::launch_window::LaunchWindows>,
+    /// Owned, so that they can be dropped (detached) in parallel at the end.
+    links: Vec<UProbeLink>,
+    last_counts: BTreeMap<u32, u64>,
+    launches: Option<BpfHashMap<MapData, u32, u64>>,
+    /// Whether the uprobe programs loaded at all.
+    pub available: bool,
+}
+
+impl CudaProbes {
+    pub fn new(ebpf: &mut Ebpf, duty: LaunchDuty, available: bool) -> Self {
+        let launches = ebpf
+            .take_map("LAUNCHES")
+            .and_then(|m| BpfHashMap::try_from(m).ok());
+        let windows = if available && !duty.on.is_zero() {
+            let fd = program(ebpf, LAUNCH)
+                .and_then(|p| p.fd().and_then(|fd| fd.try_clone().map_err(Into::into)))
+                .map_err(|e| e.to_string())
+                .and_then(|fd| {
+                    let fd: OwnedFd = fd.as_fd().try_clone_to_owned().map_err(|e| e.to_string())?;
+                    crate::launch_window::LaunchWindows::start(fd, duty.on, duty.period)
+                        .map_err(|e| e.to_string())
+                });
+            match fd {
+                Ok(w) => Some(w),
+                Err(e) => {
+                    eprintln!("stallscope: warning: kernel launches not counted: {e}");
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        Self {
+            seen: HashSet::new(),
+            windows,
+            links: Vec::new(),
+            last_counts: BTreeMap::new(),
+            launches,
+            available,
+        }
+    }
+
+    /// Probes the CUDA/NCCL libraries `pid` maps that are not probed yet; returns a record for
+    /// each newly probed file, and warns about missing functions.
+    pub fn scan(&mut self, ebpf: &mut Ebpf, pid: u32) -> Vec<Record> {
+        if !self.available {
+            return Vec::new();
+        }
+        let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        let mut paths: Vec<&str> = maps
+            .lines()
+            .filter_map(|l| l.split_whitespace().nth(5))
+            .filter(|p| p.starts_with('/'))
+            .collect();
+        paths.dedup();
+        for path in paths {
+            let Some(library) = path.rsplit('/').next().and_then(Library::of_file) else {
+                continue;
+            };
+            let in_ns = PathBuf::from(format!("/proc/{pid}/root{path}"));
+            let Ok(meta) = std::fs::metadata(&in_ns) else {
+                continue;
+            };
+            if !self.seen.insert((meta.dev(), meta.ino())) {
+                continue;
+            }
+            out.push(self.attach_file(ebpf, pid, path, &in_ns, library));
+        }
+        out
+    }
+
+    fn attach_file(
+        &mut self,
+        ebpf: &mut Ebpf,
+        pid: u32,
+        path: &str,
+        in_ns: &std::path::Path,
+        library: Library,
+    ) -> Record {
+        let mut attached = Vec::new();
+        let mut missing = Vec::new();
+        let symbols = match crate::elf::Symbols::read(in_ns) {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!(
+                    "stallscope: warning: {} ({path}, PID {pid}) not probed: {e}",
+                    library.name()
+                );
+                return Record::CudaProbes {
+                    ts_ns: monotonic_ns(),
+                    pid,
+                    path: path.to_string(),
+                    library,
+                    attached,
+                    missing: vec![("*".into(), e)],
+                };
+            }
+        };
+        for (i, api) in APIS.iter().enumerate() {
+            if api.library != library {
+                continue;
+            }
+            let Some(offset) = symbols.offset(api.name) else {
+                if !api.optional {
+                    missing.push((api.name.to_string(), "no such symbol".to_string()));
+                }
+                continue;
+            };
+            let result = match api.probe {
+                Probe::Counted => match &self.windows {
+                    Some(w) => {
+                        w.add(in_ns.to_path_buf(), offset);
+                        Ok(())
+                    }
+                    None => continue,
+                },
+                Probe::Timed | Probe::TimedOutPtr => {
+                    let flags = if api.probe == Probe::TimedOutPtr {
+                        cookie::OUT_PTR
+                    } else {
+                        0
+                    };
+                    let c = i as u64 | flags;
+                    attach(ebpf, ENTER, in_ns, offset, c)
+                        .and_then(|l| {
+                            self.links.push(l);
+                            attach(ebpf, EXIT, in_ns, offset, c)
+                        })
+                        .map(|l| self.links.push(l))
+                }
+            };
+            match result {
+                Ok(()) => attached.push(api.name.to_string()),
+                Err(e) => missing.push((api.name.to_string(), e.to_string())),
+            }
+        }
+        for (name, why) in &missing {
+            eprintln!(
+                "stallscope: warning: {} ({path}, PID {pid}): `{name}` not probed: {why}",
+                library.name()
+            );
+        }
+        Record::CudaProbes {
+            ts_ns: monotonic_ns(),
+            pid,
+            path: path.to_string(),
+            library,
+            attached,
+            missing,
+        }
+    }
+
+    /// The launch counts gathered since the last call, and how long the probes were on.
+    pub fn tick(&mut self) -> Option<Record> {
+        let probed_ns = self.windows.as_ref()?.take_probed_ns();
+        let map = self.launches.as_ref()?;
+        let mut counts = Vec::new();
+        for entry in map.iter() {
+            let Ok((tid, total)) = entry else { continue };
+            let last = self.last_counts.insert(tid, total).unwrap_or(0);
+            if total > last {
+                counts.push(LaunchCount {
+                    tid,
+                    pid: crate::target::tgid(tid).unwrap_or(0),
+                    launches: total - last,
+                });
+            }
+        }
+        if probed_ns == 0 && counts.is_empty() {
+            return None;
+        }
+        counts.sort_by_key(|c| c.tid);
+        Some(Record::Launches {
+            ts_ns: monotonic_ns(),
+            probed_ns,
+            counts,
+        })
+    }
+
+    /// Silences every probe at once; they are removed later by [`Self::release`].
+    pub fn silence(&mut self, ebpf: &mut Ebpf) {
+        if let Some(map) = ebpf.map_mut("CONTROL")
+            && let Ok(mut control) = aya::maps::Array::<_, u32>::try_from(map)
+            && let Err(e) = control.set(0, 1, 0)
+        {
+            log::warn!("silencing the CUDA probes: {e}");
+        }
+    }
+
+    /// Removes the probes on a thread of its own. Each removal waits for a grace period
+    /// under a kernel-wide lock (about 80 ms each here, seconds for a few dozen), so this
+    /// runs while the report is written; join the handle before exiting.
+    pub fn release(&mut self) -> Option<std::thread::JoinHandle<()>> {
+        let links = std::mem::take(&mut self.links);
+        let windows = self.windows.take();
+        if links.is_empty() && windows.is_none() {
+            return None;
+        }
+        std::thread::Builder::new()
+            .name("stallscope-unprobe".into())
+            .spawn(move || {
+                std::thread::scope(|s| {
+                    s.spawn(move || drop(windows));
+                    for link in links {
+                        s.spawn(move || drop(link));
+                    }
+                });
+            })
+            .ok()
+    }
+
+    /// Ends the launch windows and reports the rest.
+    pub fn finish(&mut self) -> Option<Record> {
+        let probed_ns = {
+            let w = self.windows.as_mut()?;
+            w.end_window();
+            w.take_probed_ns()
+        };
+        let record = self.tick();
+        match record {
+            Some(Record::Launches {
+                ts_ns,
+                probed_ns: p,
+                counts,
+            }) => Some(Record::Launches {
+                ts_ns,
+                probed_ns: p + probed_ns,
+                counts,
+            }),
+            None if probed_ns > 0 => Some(Record::Launches {
+                ts_ns: monotonic_ns(),
+                probed_ns,
+                counts: Vec::new(),
+            }),
+            other => other,
+        }
+    }
+}
+
+fn program<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut UProbe, ProgramError> {
+    ebpf.program_mut(name)
+        .ok_or(ProgramError::NotLoaded)?
+        .try_into()
+}
+
+fn attach(
+    ebpf: &mut Ebpf,
+    prog: &str,
+    path: &std::path::Path,
+    offset: u64,
+    cookie: u64,
+) -> Result<UProbeLink, ProgramError> {
+    let p = program(ebpf, prog)?;
+    let id = p.attach(
+        UProbeAttachPoint {
+            location: UProbeAttachLocation::AbsoluteOffset(offset),
+            cookie: Some(cookie),
+        },
+        path,
+        UProbeScope::AllProcesses,
+    )?;
+    p.take_link(id)
+}
