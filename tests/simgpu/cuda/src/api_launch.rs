@@ -5,6 +5,8 @@
 //! code runs on a real GPU and here. Parameters are read at launch, as the driver copies them.
 use std::ffi::{CStr, c_char, c_uint, c_void};
 
+use simgpu_state::clock::monotonic_ns;
+
 use crate::driver::{current_ctx, driver};
 use crate::engine::{HostFn, MAX_KERNEL_NS, Work};
 use crate::ptx::{self, Image};
@@ -29,6 +31,12 @@ pub struct CUlaunchConfig {
     pub attrs: *mut c_void,
     pub num_attrs: c_uint,
 }
+
+/// CPU time a launch costs the calling thread: what the real driver's launch path (argument
+/// marshalling, the push buffer, the doorbell) takes on a server CPU. Without it the simulated
+/// launch is cheaper than the engine's own bookkeeping per kernel, and a stream of tiny kernels
+/// would queue up on the device instead of starving it, as tiny kernels do on a real GPU.
+const LAUNCH_CPU_NS: u64 = 4_000;
 
 /// `extra` keys: CU_LAUNCH_PARAM_END, _BUFFER_POINTER, _BUFFER_SIZE.
 const PARAM_END: usize = 0;
@@ -185,6 +193,14 @@ unsafe fn duration_ns(params: *mut *mut c_void, extra: *mut *mut c_void) -> u64 
     }
 }
 
+/// Spins the calling thread on-CPU for `ns`.
+fn host_work(ns: u64) {
+    let until = monotonic_ns() + ns;
+    while monotonic_ns() < until {
+        std::hint::spin_loop();
+    }
+}
+
 /// Queues a kernel launch.
 ///
 /// # Safety
@@ -201,6 +217,7 @@ unsafe fn launch(
     if grid.contains(&0) || block.contains(&0) || block.iter().product::<c_uint>() > 1024 {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
+    host_work(LAUNCH_CPU_NS);
     let mut tables = driver.tables();
     let has_params = tables
         .functions

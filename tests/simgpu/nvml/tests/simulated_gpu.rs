@@ -1,7 +1,8 @@
 //! End to end: the simulated libcuda.so.1 runs work, and nvml-wrapper reads it back through the
 //! simulated libnvidia-ml.so.1, as the profiler will.
 //!
-//! Needs the built libraries: run `cargo build --release -p simgpu-cuda -p simgpu-nvml` first.
+//! Needs the built libraries: run
+//! `cargo build --release -p simgpu-cuda -p simgpu-nvml -p simgpu-nccl` first.
 //! Each scenario runs in its own child process with its own state file (see `common`).
 mod common;
 
