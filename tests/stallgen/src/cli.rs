@@ -4,13 +4,19 @@ use std::path::PathBuf;
 use anyhow::{Result, bail};
 use clap::Parser;
 
-use crate::scenario::{Overrides, Scenario, Schedule};
+use crate::scenario::{DEFAULT_PHASES, Overrides, Scenario, Schedule};
+
+/// Most ranks: one simulated GPU each.
+pub const MAX_RANKS: usize = 8;
 
 /// A synthetic PyTorch-style training job with injectable bottlenecks, on a real or
-/// simulated GPU (libcuda.so.1 is found through LD_LIBRARY_PATH).
+/// simulated GPU (libcuda.so.1, and libnccl.so.2 with ranks, are found through
+/// LD_LIBRARY_PATH).
 ///
-/// stdout carries two lines: `ready pid=<pid> workers=<pids>` once the first batch has
-/// flowed, and `steps=<n> secs=<s> steps_per_sec=<r>` at exit.
+/// stdout carries `ready pid=<pid> workers=<pids>` once the first batch has flowed (with
+/// ranks, preceded by one `rank <r> pid=<pid> workers=<pids>` line per rank), and
+/// `steps=<n> secs=<s> steps_per_sec=<r>` at exit (`launch-bound` adds `launches=<n>
+/// launches_per_sec=<r>`).
 #[derive(Debug, Parser)]
 #[command(name = "stallgen")]
 pub struct Cli {
@@ -36,9 +42,10 @@ pub struct Cli {
     /// Kernels per step.
     #[arg(long)]
     pub kernels: Option<u32>,
-    /// Batch size in MiB (the host-to-device copy per step).
-    #[arg(long, default_value_t = 8.0)]
-    pub batch_mb: f64,
+    /// Batch size in MiB (the host-to-device copy per step) [default: 8; pageable-copy 64,
+    /// pcie-degraded 32, launch-bound 1].
+    #[arg(long)]
+    pub batch_mb: Option<f64>,
     /// CPU time the main thread spends between steps (logging, metrics).
     #[arg(long)]
     pub host_ms: Option<f64>,
@@ -48,9 +55,20 @@ pub struct Cli {
     /// Wall time per batch each worker spends reading cold sample files (0: none).
     #[arg(long, visible_alias = "disk")]
     pub disk_ms: Option<f64>,
-    /// Copy batches into page-locked memory on a pin-memory thread first.
+    /// Copy batches into page-locked memory on a pin-memory thread first (always on in
+    /// pcie-degraded).
     #[arg(long)]
     pub pin_memory: bool,
+    /// Data-parallel rank processes, children of this one, each on its own GPU (rank r on
+    /// device r), all-reducing their gradients with NCCL every step [default: 2 in
+    /// nccl-straggler, else a single process without NCCL].
+    #[arg(long)]
+    pub ranks: Option<usize>,
+    /// The rank that takes the scenario's slow behaviour while the others stay healthy (and
+    /// wait for it in the all-reduce) [default: the last in nccl-straggler, else none: every
+    /// rank runs the scenario].
+    #[arg(long)]
+    pub slow_rank: Option<usize>,
     /// Write the ground truth (one JSON line per phase, CLOCK_MONOTONIC ns) here.
     #[arg(long)]
     pub truth: Option<PathBuf>,
@@ -62,11 +80,96 @@ pub struct Cli {
     pub check_gpu: bool,
 }
 
+/// What holds for the whole run (every phase and rank), from the presets and the flags.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Plan {
+    pub batch_bytes: usize,
+    pub pin_memory: bool,
+    /// The link to train the simulated GPUs to when the environment does not say.
+    pub pcie_link: Option<&'static str>,
+    /// Rank processes; `None` runs the job in this process, without NCCL.
+    pub ranks: Option<usize>,
+    pub slow_rank: Option<usize>,
+    /// Whether the totals line reports kernel launches.
+    pub launches: bool,
+}
+
 impl Cli {
-    /// The worker count: as given, or half the CPUs (at least one), as a DataLoader is often
-    /// sized.
+    /// The worker count per job process: as given, or half the CPUs (at least one), as a
+    /// DataLoader is often sized, shared among the ranks.
     pub fn workers(&self, cpus: usize) -> usize {
-        self.workers.unwrap_or((cpus / 2).max(1))
+        let ranks = self.rank_count().unwrap_or(1).max(1);
+        self.workers.unwrap_or((cpus / 2 / ranks).max(1))
+    }
+
+    /// `--ranks`, else the scenario's default.
+    pub fn rank_count(&self) -> Option<usize> {
+        self.ranks.or(self.scenario.default_ranks())
+    }
+
+    /// Every scenario the run goes through.
+    fn scenarios(&self) -> Vec<Scenario> {
+        match self.scenario {
+            Scenario::Phases if self.phases.is_empty() => DEFAULT_PHASES.to_vec(),
+            Scenario::Phases => self.phases.clone(),
+            s => vec![s],
+        }
+    }
+
+    /// The run-wide settings, checked.
+    pub fn plan(&self) -> Result<Plan> {
+        let scenarios = self.scenarios();
+        let batch_mb = self
+            .batch_mb
+            .unwrap_or_else(|| scenarios.iter().map(|s| s.batch_mb()).fold(0.0, f64::max));
+        if !(batch_mb > 0.0 && batch_mb <= 4096.0) {
+            bail!("--batch-mb must be in (0, 4096]");
+        }
+        let ranks = self.rank_count();
+        if let Some(n) = ranks
+            && !(1..=MAX_RANKS).contains(&n)
+        {
+            bail!("--ranks must be in 1..={MAX_RANKS} (one simulated GPU per rank)");
+        }
+        let slow_rank = match (self.slow_rank, ranks) {
+            (Some(_), None) => bail!("--slow-rank needs --ranks"),
+            (Some(r), Some(n)) if r >= n => bail!("--slow-rank {r} is not one of the {n} ranks"),
+            (Some(r), Some(_)) => Some(r),
+            (None, Some(n)) if self.scenario == Scenario::NcclStraggler => Some(n - 1),
+            (None, _) => None,
+        };
+        Ok(Plan {
+            batch_bytes: (batch_mb * 1024.0 * 1024.0) as usize,
+            pin_memory: self.pin_memory || scenarios.iter().any(|s| s.pin_memory()),
+            pcie_link: scenarios.iter().find_map(|s| s.pcie_link()),
+            ranks,
+            slow_rank,
+            launches: scenarios.contains(&Scenario::LaunchBound),
+        })
+    }
+
+    /// The schedule of rank `rank`: healthy while another rank is the slow one, else the
+    /// scenario's.
+    pub fn rank_schedule(&self, cpus: usize, plan: &Plan, rank: usize) -> Result<Schedule> {
+        let mut s = self.schedule(cpus)?;
+        if plan.slow_rank.is_some_and(|slow| slow != rank) {
+            let healthy = Scenario::Healthy.knobs(cpus, self.workers(cpus));
+            for p in &mut s.phases {
+                p.knobs = healthy.with(&self.overrides());
+            }
+        }
+        Ok(s)
+    }
+
+    fn overrides(&self) -> Overrides {
+        Overrides {
+            transform_ms: self.transform_ms,
+            kernel_ms: self.kernel_ms,
+            kernels: self.kernels,
+            host_ms: self.host_ms,
+            hog_threads: self.hog_threads,
+            disk_ms: self.disk_ms,
+        }
     }
 
     /// The phases with their knobs; `cpus` sizes the CPU hog.
@@ -77,23 +180,13 @@ impl Cli {
         if self.workers == Some(0) {
             bail!("--workers must be at least 1 (the feeder takes batches from workers)");
         }
-        if !(self.batch_mb > 0.0 && self.batch_mb <= 4096.0) {
-            bail!("--batch-mb must be in (0, 4096]");
-        }
         if !self.phases.is_empty() && self.scenario != Scenario::Phases {
             bail!("--phases needs --scenario phases");
         }
         if self.phases.contains(&Scenario::Phases) {
             bail!("--phases cannot contain `phases` itself");
         }
-        let o = Overrides {
-            transform_ms: self.transform_ms,
-            kernel_ms: self.kernel_ms,
-            kernels: self.kernels,
-            host_ms: self.host_ms,
-            hog_threads: self.hog_threads,
-            disk_ms: self.disk_ms,
-        };
+        let o = self.overrides();
         let times = [o.transform_ms, o.kernel_ms, o.host_ms, o.disk_ms];
         if times
             .into_iter()
@@ -111,10 +204,6 @@ impl Cli {
             &o,
         ))
     }
-
-    pub fn batch_bytes(&self) -> usize {
-        (self.batch_mb * 1024.0 * 1024.0) as usize
-    }
 }
 
 #[cfg(test)]
@@ -129,7 +218,12 @@ mod tests {
     fn defaults_are_a_healthy_run() {
         let c = parse("");
         assert_eq!(c.scenario, Scenario::Healthy);
-        assert_eq!((c.workers(4), c.batch_bytes()), (2, 8 << 20));
+        let plan = c.plan().unwrap();
+        assert_eq!((c.workers(4), plan.batch_bytes), (2, 8 << 20));
+        assert_eq!(
+            (plan.ranks, plan.slow_rank, plan.pin_memory),
+            (None, None, false)
+        );
         let s = c.schedule(2).unwrap();
         assert_eq!(s.phases.len(), 1);
         assert_eq!(s.total_ns, 10_000_000_000);
@@ -153,16 +247,59 @@ mod tests {
     }
 
     #[test]
+    fn new_scenarios_set_up_the_run() {
+        let p = parse("--scenario pageable-copy").plan().unwrap();
+        assert_eq!((p.batch_bytes, p.pin_memory), (64 << 20, false));
+        let p = parse("--scenario pcie-degraded").plan().unwrap();
+        assert_eq!((p.pin_memory, p.pcie_link), (true, Some("1,4")));
+        let p = parse("--scenario launch-bound --batch-mb 2")
+            .plan()
+            .unwrap();
+        assert_eq!((p.batch_bytes, p.launches), (2 << 20, true));
+        let c = parse("--scenario nccl-straggler");
+        let p = c.plan().unwrap();
+        assert_eq!((p.ranks, p.slow_rank), (Some(2), Some(1)));
+        assert_eq!(c.workers(8), 2, "half the CPUs, shared by the ranks");
+        let slow = c.rank_schedule(2, &p, 1).unwrap();
+        assert!(slow.phases[0].knobs.disk_ms > 0.0);
+        let healthy = c.rank_schedule(2, &p, 0).unwrap();
+        assert_eq!(healthy.phases[0].knobs.disk_ms, 0.0);
+        assert_eq!(
+            healthy.phases[0].scenario,
+            Scenario::NcclStraggler,
+            "the label stays"
+        );
+        let p = parse("--scenario nccl-straggler --ranks 3 --slow-rank 0")
+            .plan()
+            .unwrap();
+        assert_eq!((p.ranks, p.slow_rank), (Some(3), Some(0)));
+        let p = parse("--scenario disk --ranks 2").plan().unwrap();
+        assert_eq!(
+            (p.ranks, p.slow_rank),
+            (Some(2), None),
+            "every rank reads the disk"
+        );
+    }
+
+    #[test]
     fn bad_combinations_are_refused() {
         for args in [
             "--workers 0",
             "--secs 0",
-            "--batch-mb=-1",
             "--phases disk",
             "--scenario phases --phases phases",
             "--kernel-ms nan",
         ] {
             assert!(parse(args).schedule(2).is_err(), "{args}");
+        }
+        for args in [
+            "--batch-mb=-1",
+            "--ranks 0",
+            "--ranks 9",
+            "--slow-rank 0",
+            "--ranks 2 --slow-rank 2",
+        ] {
+            assert!(parse(args).plan().is_err(), "{args}");
         }
         assert!(Cli::try_parse_from(["stallgen", "--scenario", "nope"]).is_err());
     }

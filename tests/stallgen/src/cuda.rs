@@ -10,14 +10,15 @@ use crate::{ptx, sys};
 
 type CuResult = c_int;
 type CuDevice = c_int;
-type Handle = *mut c_void;
-type DevicePtr = u64;
+pub type Handle = *mut c_void;
+pub type DevicePtr = u64;
 
 const CUDA_SUCCESS: CuResult = 0;
 
 /// Function pointers copied out of the library; valid while `_lib` stays loaded.
 struct Api {
     init: unsafe extern "C" fn(c_uint) -> CuResult,
+    device_get_count: unsafe extern "C" fn(*mut c_int) -> CuResult,
     device_get: unsafe extern "C" fn(*mut CuDevice, c_int) -> CuResult,
     ctx_create: unsafe extern "C" fn(*mut Handle, c_uint, CuDevice) -> CuResult,
     module_load_data: unsafe extern "C" fn(*mut Handle, *const c_void) -> CuResult,
@@ -77,6 +78,7 @@ impl Driver {
         let api = unsafe {
             Api {
                 init: sym(&lib, "cuInit")?,
+                device_get_count: sym(&lib, "cuDeviceGetCount")?,
                 device_get: sym(&lib, "cuDeviceGet")?,
                 ctx_create: sym(&lib, "cuCtxCreate_v2")?,
                 module_load_data: sym(&lib, "cuModuleLoadData")?,
@@ -121,7 +123,7 @@ impl Driver {
     }
 }
 
-/// One context on device 0 with the job's stream, kernel and device buffer.
+/// One context on the job's GPU with the job's stream, kernel and device buffer.
 pub struct Gpu {
     drv: Driver,
     stream: Handle,
@@ -131,9 +133,22 @@ pub struct Gpu {
 }
 
 impl Gpu {
-    /// cuInit, a context on device 0, the spin kernel, a stream and a `batch_bytes` buffer.
-    pub fn init(drv: Driver, batch_bytes: usize) -> Result<Self> {
+    /// cuInit, a context on GPU `ordinal`, the spin kernel, a stream and a `batch_bytes`
+    /// buffer.
+    pub fn init(drv: Driver, batch_bytes: usize, ordinal: usize) -> Result<Self> {
         let a = &drv.api;
+        let mut count: c_int = 0;
+        // SAFETY: a valid out-pointer; cuInit comes first, as the API requires.
+        unsafe {
+            drv.check("cuInit", (a.init)(0))?;
+            drv.check("cuDeviceGetCount", (a.device_get_count)(&mut count))?;
+        }
+        if ordinal >= count as usize {
+            bail!(
+                "GPU {ordinal} is wanted but the machine has {count} (on the simulated GPU, set \
+                 STALLSCOPE_SIMGPU_DEVICES before anything creates the state file)"
+            );
+        }
         let mut dev: CuDevice = 0;
         let (mut ctx, mut module, mut spin, mut stream): (Handle, Handle, Handle, Handle) = (
             std::ptr::null_mut(),
@@ -145,8 +160,7 @@ impl Gpu {
         // SAFETY: every out-pointer is a valid local; the PTX is NUL-terminated; the handles
         // passed in were returned by the calls before them (each result is checked first).
         unsafe {
-            drv.check("cuInit", (a.init)(0))?;
-            drv.check("cuDeviceGet", (a.device_get)(&mut dev, 0))?;
+            drv.check("cuDeviceGet", (a.device_get)(&mut dev, ordinal as c_int))?;
             drv.check("cuCtxCreate_v2", (a.ctx_create)(&mut ctx, 0, dev))?;
             let image = ptx::SPIN_PTX.as_ptr().cast();
             drv.check("cuModuleLoadData", (a.module_load_data)(&mut module, image))?;
@@ -165,6 +179,20 @@ impl Gpu {
             dbuf,
             dbuf_bytes: batch_bytes,
         })
+    }
+
+    /// A device buffer of `bytes` (cuMemAlloc), e.g. the gradients a rank all-reduces.
+    pub fn alloc(&self, bytes: usize) -> Result<DevicePtr> {
+        let mut p: DevicePtr = 0;
+        // SAFETY: a valid out-pointer; the job's context is current on this thread.
+        let r = unsafe { (self.drv.api.mem_alloc)(&mut p, bytes) };
+        self.drv.check("cuMemAlloc_v2", r)?;
+        Ok(p)
+    }
+
+    /// The job's stream, for work other libraries queue on it (NCCL).
+    pub fn stream(&self) -> Handle {
+        self.stream
     }
 
     /// Page-locked host memory (cuMemHostAlloc), as the pin-memory thread's buffers use.

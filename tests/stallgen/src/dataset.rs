@@ -29,6 +29,7 @@ fn open_uncached(path: &Path) -> io::Result<File> {
         .or_else(|_| File::open(path))
 }
 
+#[derive(Clone)]
 pub struct Dataset {
     files: Vec<PathBuf>,
 }

@@ -4,26 +4,27 @@ mod cli;
 mod cuda;
 mod dataset;
 mod feed;
+mod job;
 mod loader;
+mod nccl;
+mod parent;
 mod ptx;
+mod rank;
 mod scenario;
 mod sys;
 mod train;
 mod truth;
 mod work;
 
-use std::{io::Write as _, process::ExitCode, sync::Arc, time::Instant};
+use std::{process::ExitCode, time::Instant};
 
 use anyhow::{Context as _, Result};
 use clap::Parser as _;
 
 use crate::{
-    cli::Cli,
+    cli::{Cli, Plan},
     cuda::{Driver, Gpu},
-    dataset::Dataset,
-    feed::Feed,
-    loader::{Loader, PREFETCH, Shared},
-    work::WorkerEnv,
+    job::{Job, Out},
 };
 
 fn main() -> ExitCode {
@@ -42,90 +43,46 @@ fn main() -> ExitCode {
     }
 }
 
-/// Child processes, killed and reaped however the run ends.
-struct Children(Vec<libc::pid_t>);
-
-impl Drop for Children {
-    fn drop(&mut self) {
-        for &pid in &self.0 {
-            sys::kill_and_reap(pid);
-        }
-    }
-}
-
 fn run(cli: &Cli) -> Result<()> {
+    let plan = cli.plan()?;
+    configure_simulator(&plan);
     let cpus = sys::allowed_cpus();
+    if let Some(ranks) = plan.ranks {
+        return parent::run(cli, &plan, cpus, ranks);
+    }
     let schedule = cli.schedule(cpus)?;
-    let workers = cli.workers(cpus);
     let mut truth = truth::Truth::create(cli.truth.as_deref())
         .with_context(|| format!("creating the truth file {:?}", cli.truth))?;
-    let dataset = if schedule.uses_disk() {
-        let dir = cli.data_dir.clone().unwrap_or_else(dataset::default_dir);
-        let ds = Dataset::prepare(&dir)
-            .with_context(|| format!("preparing the data set in {}", dir.display()))?;
-        Some(ds)
-    } else {
-        None
-    };
-    let shared = Shared::new(workers * PREFETCH, cli.batch_bytes())
-        .context("mapping the shared-memory batch slots")?;
-    // Everything that forks happens here, while the process is single-threaded: before the
-    // driver starts its threads and before the pin-memory thread.
-    let env = WorkerEnv {
-        shared: Arc::clone(&shared),
-        schedule: schedule.clone(),
-        workers,
+    let dataset = job::dataset(cli.data_dir.as_deref(), schedule.uses_disk())?;
+    let job = Job {
+        schedule,
+        workers: cli.workers(cpus),
+        batch_bytes: plan.batch_bytes,
+        pin_memory: plan.pin_memory,
         dataset,
+        launches: plan.launches,
+        seat: None,
     };
-    let loader = Loader::spawn(Arc::clone(&shared), workers, &|id, ready, free| {
-        work::run_worker(&env, id, ready, free)
-    })?;
-    let worker_pids = loader.pids();
-    let mut children = Children(worker_pids.clone());
-    if schedule.max_hog_threads() > 0 {
-        // Contention comes from outside the job: a hog inside the traced tree would be
-        // counted as one of the job's workers.
-        let fds = loader.parent_fds();
-        let pid = sys::spawn_detached("cpu_hog", sys::lifeline()?, || {
-            sys::close_fds(&fds);
-            work::run_hog(&shared, &schedule)
-        })
-        .context("starting the cpu_hog process")?;
-        children.0.push(pid);
+    job::run(job, &mut truth, &mut Out::Stdout)
+}
+
+/// What the simulated GPU must look like for this run, for whichever of our processes creates
+/// its state file: a GPU per rank, and the scenario's PCIe link. The environment wins where it
+/// says otherwise; a real driver ignores both.
+fn configure_simulator(plan: &Plan) {
+    let set = |key: &str, value: String| {
+        if std::env::var_os(key).is_none() {
+            // SAFETY: called first thing in main, before any thread exists, so nothing reads
+            // the environment concurrently.
+            unsafe { std::env::set_var(key, value) };
+        }
+    };
+    if let Some(ranks) = plan.ranks {
+        set("STALLSCOPE_SIMGPU_DEVICES", ranks.to_string());
     }
-
-    let gpu = Gpu::init(Driver::load()?, shared.batch_bytes)?;
-    let mut feed = if cli.pin_memory {
-        Feed::pinned(loader, shared.batch_bytes, |n| gpu.host_alloc(n))?
-    } else {
-        Feed::Direct(loader)
-    };
-    // The first batch flows before `ready`, so an attached profiler sees a running job.
-    let first = &schedule.phases[0].knobs;
-    let mut warmup = train::Summary::default();
-    train::step(&gpu, &mut feed, first, shared.batch_bytes, &mut warmup)?;
-    let pids: Vec<String> = worker_pids.iter().map(ToString::to_string).collect();
-    let mut out = std::io::stdout().lock();
-    writeln!(
-        out,
-        "ready pid={} workers={}",
-        std::process::id(),
-        pids.join(",")
-    )?;
-    out.flush()?;
-
-    let summary = train::train(&gpu, &mut feed, &shared, &schedule, &mut truth)?;
-    writeln!(
-        out,
-        "steps={} secs={:.3} steps_per_sec={:.3}",
-        summary.steps,
-        summary.secs,
-        summary.steps_per_sec()
-    )?;
-    out.flush()?;
-    eprintln!("stallgen: {}", summary.breakdown());
-    drop(children);
-    Ok(())
+    if let Some(link) = plan.pcie_link {
+        set("STALLSCOPE_SIMGPU_PCIE", link.to_owned());
+    }
 }
 
 /// `--check-gpu`: which driver library was loaded, which device, and whether the PTX kernel
@@ -136,7 +93,7 @@ fn check_gpu() -> Result<()> {
     let real =
         std::fs::canonicalize(&path).map_or_else(|_| path.clone(), |p| p.display().to_string());
     println!("libcuda={path} real={real}");
-    let gpu = Gpu::init(drv, 4096)?;
+    let gpu = Gpu::init(drv, 4096, 0)?;
     println!("device={}", gpu.device_name()?);
     let ask_ms = 20.0;
     let t = Instant::now();

@@ -14,6 +14,19 @@ pub enum Scenario {
     CpuContention,
     /// The main thread does its own CPU work (logging, metrics) between steps.
     HostCompute,
+    /// Each step copies a large batch from pageable (not page-locked) memory: the driver
+    /// stages it through a bounce buffer with a CPU memcpy before the DMA.
+    PageableCopy,
+    /// Batches come from page-locked memory, but the PCIe link trained down (gen1 x4 unless
+    /// STALLSCOPE_SIMGPU_PCIE says otherwise): the copies crawl.
+    PcieDegraded,
+    /// Data-parallel ranks (`--ranks`, default 2) all-reduce their gradients every step; the
+    /// slow rank (`--slow-rank`, default the last) is disk-bound as in `disk`, and the others
+    /// wait for it in the all-reduce.
+    NcclStraggler,
+    /// Thousands of tiny kernels per step: the GPU finishes each before the feeder has
+    /// launched the next.
+    LaunchBound,
     /// The cause changes mid-run (see `--phases`).
     Phases,
 }
@@ -27,20 +40,55 @@ impl Scenario {
             Self::Disk => "disk",
             Self::CpuContention => "cpu-contention",
             Self::HostCompute => "host-compute",
+            Self::PageableCopy => "pageable-copy",
+            Self::PcieDegraded => "pcie-degraded",
+            Self::NcclStraggler => "nccl-straggler",
+            Self::LaunchBound => "launch-bound",
             Self::Phases => "phases",
         }
     }
 
-    /// The cause label stallscope is expected to report for this scenario.
+    /// The cause label stallscope is expected to report for this scenario (for
+    /// `nccl-straggler`, on the slow rank; the others wait in the all-reduce: [`NCCL_WAIT`]).
     pub fn cause(self) -> &'static str {
         match self {
             Self::Healthy => "none",
             Self::DataloaderCpu => "dataloader_cpu",
-            Self::Disk => "disk",
+            Self::Disk | Self::NcclStraggler => "disk",
             Self::CpuContention => "cpu_contention",
             Self::HostCompute => "host_compute",
+            Self::PageableCopy => "pinned_memory_copy",
+            Self::PcieDegraded => "pcie",
+            Self::LaunchBound => "launch_bound",
             Self::Phases => "mixed",
         }
+    }
+
+    /// Batch size in MiB when `--batch-mb` is not given: the copy scenarios need big batches
+    /// for the copy to dominate, the launch-bound one a small one so that it does not.
+    pub fn batch_mb(self) -> f64 {
+        match self {
+            Self::PageableCopy => 64.0,
+            Self::PcieDegraded => 32.0,
+            Self::LaunchBound => 1.0,
+            _ => 8.0,
+        }
+    }
+
+    /// Whether batches go through page-locked buffers (as with `--pin-memory`).
+    pub fn pin_memory(self) -> bool {
+        self == Self::PcieDegraded
+    }
+
+    /// The PCIe link (`gen,width`) the scenario trains the simulated GPU to, when the
+    /// environment does not say.
+    pub fn pcie_link(self) -> Option<&'static str> {
+        (self == Self::PcieDegraded).then_some("1,4")
+    }
+
+    /// Ranks when `--ranks` is not given; `None` is a single process without NCCL.
+    pub fn default_ranks(self) -> Option<usize> {
+        (self == Self::NcclStraggler).then_some(2)
     }
 
     /// The preset. `cpus` is the number of CPUs the job may use (it sizes the hog), `workers`
@@ -91,6 +139,27 @@ impl Scenario {
                 host_ms: 150.0,
                 ..base
             },
+            // 40 ms of kernels per step against a 64 MiB pageable batch: the driver's staging
+            // memcpy and the DMA behind it (a few GB/s of memcpy on a small VM) take ~30 ms.
+            Self::PageableCopy => Knobs {
+                kernel_ms: 10.0,
+                ..base
+            },
+            // 40 ms of kernels per step against 32 MiB over gen1 x4 (0.8 GB/s): ~42 ms.
+            Self::PcieDegraded => Knobs {
+                kernel_ms: 10.0,
+                ..base
+            },
+            // The slow rank's behaviour: `disk`'s.
+            Self::NcclStraggler => Self::Disk.knobs(cpus, workers),
+            // 2 µs kernels, launched back to back: a launch costs the feeder more than that, so
+            // the GPU idles between kernels. Few batches, so the loader stays out of the way.
+            Self::LaunchBound => Knobs {
+                transform_ms: 0.2,
+                kernel_ms: 0.002,
+                kernels: 4000,
+                ..base
+            },
         }
     }
 }
@@ -119,6 +188,9 @@ pub struct Knobs {
     /// Wall time each worker spends reading cold samples per batch (0: no reads).
     pub disk_ms: f64,
 }
+
+/// What the healthy ranks of a run with a slow rank wait for.
+pub const NCCL_WAIT: &str = "nccl_wait";
 
 /// Command-line values that replace a preset's, in every phase.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -269,6 +341,10 @@ mod tests {
             Scenario::Disk,
             Scenario::CpuContention,
             Scenario::HostCompute,
+            Scenario::PageableCopy,
+            Scenario::PcieDegraded,
+            Scenario::NcclStraggler,
+            Scenario::LaunchBound,
         ]
         .map(Scenario::cause)
         .into();
@@ -279,9 +355,34 @@ mod tests {
                 "dataloader_cpu",
                 "disk",
                 "cpu_contention",
-                "host_compute"
+                "host_compute",
+                "pinned_memory_copy",
+                "pcie",
+                "disk",
+                "launch_bound"
             ]
         );
+    }
+
+    #[test]
+    fn new_presets_leave_the_old_scenarios_alone() {
+        for s in [
+            Scenario::Healthy,
+            Scenario::DataloaderCpu,
+            Scenario::Disk,
+            Scenario::CpuContention,
+            Scenario::HostCompute,
+            Scenario::Phases,
+        ] {
+            assert_eq!(s.batch_mb(), 8.0, "{s:?}");
+            assert!(!s.pin_memory() && s.pcie_link().is_none() && s.default_ranks().is_none());
+        }
+        assert_eq!(
+            Scenario::NcclStraggler.knobs(2, 1),
+            Scenario::Disk.knobs(2, 1)
+        );
+        let l = Scenario::LaunchBound.knobs(2, 1);
+        assert!(l.kernels >= 1000 && l.kernel_ns() < 10_000, "{l:?}");
     }
 
     #[test]

@@ -185,6 +185,32 @@ pub fn kill_and_reap(pid: libc::pid_t) {
     }
 }
 
+/// Waits up to `timeout` for child `pid` to exit and reaps it: its exit code (128 + the signal
+/// if a signal ended it), or `None` if it is still running.
+pub fn wait_exit(pid: libc::pid_t, timeout: Duration) -> Option<i32> {
+    let start = std::time::Instant::now();
+    loop {
+        let mut status = 0;
+        // SAFETY: `status` is a valid out-pointer; `pid` is our own child.
+        let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        if r == pid {
+            return Some(if libc::WIFEXITED(status) {
+                libc::WEXITSTATUS(status)
+            } else {
+                128 + libc::WTERMSIG(status)
+            });
+        }
+        if r < 0 {
+            // Not our child (any more): nothing to wait for.
+            return Some(-1);
+        }
+        if start.elapsed() > timeout {
+            return None;
+        }
+        sleep(Duration::from_millis(10));
+    }
+}
+
 /// Closes descriptors this process inherited but must not hold.
 pub fn close_fds(fds: &[std::os::fd::RawFd]) {
     for &fd in fds {

@@ -1,11 +1,13 @@
 //! The training loop on the main thread (the feeder): take a batch, copy it to the GPU,
-//! launch the step's kernels, `loss.item()`, then whatever host work the phase asks for.
+//! launch the step's kernels, all-reduce the gradients (with ranks), `loss.item()`, then
+//! whatever host work the phase asks for.
 use anyhow::Result;
 
 use crate::{
     cuda::Gpu,
     feed::Feed,
     loader::Shared,
+    rank::Ring,
     scenario::{Knobs, Schedule},
     sys,
     truth::Truth,
@@ -17,6 +19,8 @@ use crate::{
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Summary {
     pub steps: u64,
+    /// Kernels the steps launched.
+    pub launches: u64,
     pub secs: f64,
     pub wait_ns: u64,
     pub copy_ns: u64,
@@ -41,11 +45,34 @@ impl Summary {
     }
 
     pub fn steps_per_sec(&self) -> f64 {
+        self.per_sec(self.steps)
+    }
+
+    fn per_sec(&self, n: u64) -> f64 {
         if self.secs > 0.0 {
-            self.steps as f64 / self.secs
+            n as f64 / self.secs
         } else {
             0.0
         }
+    }
+
+    /// The totals line: `steps=<n> secs=<s> steps_per_sec=<r>`, plus `launches=<n>
+    /// launches_per_sec=<r>` when the launch rate is what the run measures.
+    pub fn totals(&self, launches: bool) -> String {
+        let mut line = format!(
+            "steps={} secs={:.3} steps_per_sec={:.3}",
+            self.steps,
+            self.secs,
+            self.steps_per_sec()
+        );
+        if launches {
+            line += &format!(
+                " launches={} launches_per_sec={:.0}",
+                self.launches,
+                self.per_sec(self.launches)
+            );
+        }
+        line
     }
 }
 
@@ -55,6 +82,7 @@ pub fn step(
     feed: &mut Feed,
     knobs: &Knobs,
     batch_bytes: usize,
+    ring: Option<&Ring>,
     sum: &mut Summary,
 ) -> Result<()> {
     let t0 = sys::monotonic_ns();
@@ -68,6 +96,9 @@ pub fn step(
     for _ in 0..knobs.kernels {
         gpu.launch_spin(knobs.kernel_ns())?;
     }
+    if let Some(ring) = ring {
+        ring.all_reduce(gpu)?;
+    }
     let t3 = sys::monotonic_ns();
     gpu.sync_item()?;
     feed.synced(held)?;
@@ -80,6 +111,7 @@ pub fn step(
     sum.sync_ns += t4 - t3;
     sum.host_ns += t5 - t4;
     sum.steps += 1;
+    sum.launches += u64::from(knobs.kernels);
     Ok(())
 }
 
@@ -91,12 +123,14 @@ fn log_metrics(ms: f64) {
 }
 
 /// Runs steps from now until the schedule ends, recording each phase in `truth` as it ends.
+/// With a `ring`, rank 0's clock ends the run for every rank (see [`Ring::runs_step`]).
 pub fn train(
     gpu: &Gpu,
     feed: &mut Feed,
     shared: &Shared,
     schedule: &Schedule,
     truth: &mut Truth,
+    ring: Option<&Ring>,
 ) -> Result<Summary> {
     let t0 = sys::monotonic_ns();
     shared.set_t0(t0);
@@ -105,7 +139,11 @@ pub fn train(
     let mut sum = Summary::default();
     loop {
         let now = sys::monotonic_ns();
-        if now >= end {
+        let goes_on = match ring {
+            Some(r) => r.runs_step(sum.steps, now >= end),
+            None => now < end,
+        };
+        if !goes_on {
             break;
         }
         let phase = schedule.index_at(now - t0);
@@ -116,7 +154,7 @@ pub fn train(
             recorded += 1;
         }
         let knobs = &schedule.phases[phase].knobs;
-        step(gpu, feed, knobs, shared.batch_bytes, &mut sum)?;
+        step(gpu, feed, knobs, shared.batch_bytes, ring, &mut sum)?;
     }
     let stop = sys::monotonic_ns();
     let last = schedule.phases.len() - 1;

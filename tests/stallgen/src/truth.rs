@@ -1,5 +1,5 @@
-//! The ground-truth file: one JSON line per phase, saying which cause was injected when, on
-//! CLOCK_MONOTONIC (the clock of stallscope's recordings).
+//! The ground-truth file: one JSON line per phase (with ranks, per rank and phase), saying
+//! which cause was injected when, on CLOCK_MONOTONIC (the clock of stallscope's recordings).
 use std::{
     fs::File,
     io::{self, BufWriter, Write as _},
@@ -8,29 +8,69 @@ use std::{
 
 use crate::scenario::Scenario;
 
-/// One phase's line: `{"phase", "scenario", "cause", "start_ns", "end_ns"}`.
-pub fn line(phase: usize, scenario: Scenario, start_ns: u64, end_ns: u64) -> String {
-    serde_json::json!({
+/// Which rank a line is about, and the cause it waits for when that is not its phases' own
+/// (a healthy rank beside a slow one waits in the all-reduce).
+#[derive(Clone, Copy, Debug)]
+pub struct RankTag {
+    pub rank: usize,
+    pub pid: u32,
+    pub cause: Option<&'static str>,
+}
+
+/// One phase's line: `{"phase", "scenario", "cause", "start_ns", "end_ns"}`, plus `"rank"` and
+/// `"pid"` for a rank.
+pub fn line(
+    phase: usize,
+    scenario: Scenario,
+    start_ns: u64,
+    end_ns: u64,
+    tag: Option<&RankTag>,
+) -> String {
+    let mut v = serde_json::json!({
         "phase": phase,
         "scenario": scenario.name(),
-        "cause": scenario.cause(),
+        "cause": tag.and_then(|t| t.cause).unwrap_or(scenario.cause()),
         "start_ns": start_ns,
         "end_ns": end_ns,
-    })
-    .to_string()
+    });
+    if let Some(t) = tag {
+        v["rank"] = t.rank.into();
+        v["pid"] = t.pid.into();
+    }
+    v.to_string()
+}
+
+/// Prefix of a truth line a rank sends its parent.
+pub const PARENT_PREFIX: &str = "truth ";
+
+enum Sink {
+    Nowhere,
+    File(BufWriter<File>),
+    /// A rank's pipe to its parent, which writes the file.
+    Parent(File),
 }
 
 /// Writes phase lines as phases end, flushing each so a killed run keeps the finished ones.
 pub struct Truth {
-    out: Option<BufWriter<File>>,
+    out: Sink,
+    tag: Option<RankTag>,
 }
 
 impl Truth {
     pub fn create(path: Option<&Path>) -> io::Result<Self> {
-        let out = path
-            .map(|p| File::create(p).map(BufWriter::new))
-            .transpose()?;
-        Ok(Self { out })
+        let out = match path {
+            Some(p) => Sink::File(BufWriter::new(File::create(p)?)),
+            None => Sink::Nowhere,
+        };
+        Ok(Self { out, tag: None })
+    }
+
+    /// A rank's truth, sent up `pipe` as `truth <json>` lines.
+    pub fn to_parent(pipe: File, tag: RankTag) -> Self {
+        Self {
+            out: Sink::Parent(pipe),
+            tag: Some(tag),
+        }
     }
 
     pub fn record(
@@ -40,8 +80,29 @@ impl Truth {
         start_ns: u64,
         end_ns: u64,
     ) -> io::Result<()> {
-        if let Some(out) = &mut self.out {
-            writeln!(out, "{}", line(phase, scenario, start_ns, end_ns))?;
+        let text = line(phase, scenario, start_ns, end_ns, self.tag.as_ref());
+        match &mut self.out {
+            Sink::Nowhere => Ok(()),
+            Sink::File(out) => {
+                writeln!(out, "{text}")?;
+                out.flush()
+            }
+            Sink::Parent(pipe) => pipe.write_all(format!("{PARENT_PREFIX}{text}\n").as_bytes()),
+        }
+    }
+
+    /// The descriptor of a pipe to the parent, which the rank's children must not inherit.
+    pub fn fd(&self) -> Option<std::os::fd::RawFd> {
+        match &self.out {
+            Sink::Parent(pipe) => Some(std::os::fd::AsRawFd::as_raw_fd(pipe)),
+            _ => None,
+        }
+    }
+
+    /// Writes a line a rank sent (the parent's side).
+    pub fn forward(&mut self, json: &str) -> io::Result<()> {
+        if let Sink::File(out) = &mut self.out {
+            writeln!(out, "{json}")?;
             out.flush()?;
         }
         Ok(())
@@ -55,7 +116,7 @@ mod tests {
     #[test]
     fn line_has_the_agreed_fields() {
         let v: serde_json::Value =
-            serde_json::from_str(&line(2, Scenario::HostCompute, 10, 20)).unwrap();
+            serde_json::from_str(&line(2, Scenario::HostCompute, 10, 20, None)).unwrap();
         assert_eq!(
             v,
             serde_json::json!({"phase": 2, "scenario": "host-compute", "cause": "host_compute",
@@ -64,17 +125,42 @@ mod tests {
     }
 
     #[test]
+    fn rank_lines_name_the_rank_and_its_cause() {
+        let waiting = RankTag {
+            rank: 0,
+            pid: 41,
+            cause: Some("nccl_wait"),
+        };
+        let v: serde_json::Value =
+            serde_json::from_str(&line(0, Scenario::NcclStraggler, 1, 2, Some(&waiting))).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"rank": 0, "pid": 41, "phase": 0, "scenario": "nccl-straggler",
+                               "cause": "nccl_wait", "start_ns": 1, "end_ns": 2})
+        );
+        let slow = RankTag {
+            rank: 1,
+            pid: 42,
+            cause: None,
+        };
+        let v: serde_json::Value =
+            serde_json::from_str(&line(0, Scenario::NcclStraggler, 1, 2, Some(&slow))).unwrap();
+        assert_eq!(v["cause"], "disk");
+    }
+
+    #[test]
     fn writes_one_line_per_phase() {
         let p = std::env::temp_dir().join(format!("stallgen-truth-{}.jsonl", std::process::id()));
         let mut t = Truth::create(Some(&p)).unwrap();
         t.record(0, Scenario::Healthy, 1, 2).unwrap();
         t.record(1, Scenario::Disk, 2, 3).unwrap();
+        t.forward(r#"{"cause":"pcie"}"#).unwrap();
         let text = std::fs::read_to_string(&p).unwrap();
         std::fs::remove_file(&p).unwrap();
         let causes: Vec<String> = text
             .lines()
             .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["cause"].to_string())
             .collect();
-        assert_eq!(causes, ["\"none\"", "\"disk\""]);
+        assert_eq!(causes, ["\"none\"", "\"disk\"", "\"pcie\""]);
     }
 }

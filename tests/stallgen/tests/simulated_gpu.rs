@@ -1,7 +1,7 @@
 //! Every scenario on the simulated GPU: the GPU's idle share, read through NVML as a
 //! profiler would, must show the injected cause (healthy under 10 % idle, the others at least
 //! 30 %), and healthy must train fastest. Needs the simulator's libraries built:
-//! `cargo build --release -p simgpu-cuda -p simgpu-nvml`.
+//! `cargo build --release -p simgpu-cuda -p simgpu-nvml -p simgpu-nccl`.
 use std::{
     io::{BufRead as _, BufReader},
     path::{Path, PathBuf},
@@ -33,7 +33,7 @@ fn sim_dir() -> PathBuf {
     if let Err(e) = simgpu_state::install_dir(&release, &dir) {
         panic!(
             "the simulated GPU is not built ({e}); run \
-             `cargo build --release -p simgpu-cuda -p simgpu-nvml` first"
+             `cargo build --release -p simgpu-cuda -p simgpu-nvml -p simgpu-nccl` first"
         );
     }
     dir

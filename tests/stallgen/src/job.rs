@@ -1,0 +1,174 @@
+//! One training process: its DataLoader workers, its GPU, its training loop. It runs in the
+//! stallgen process itself, or as one rank of a data-parallel run (see `parent`).
+use std::{fs::File, io::Write as _, sync::Arc};
+
+use anyhow::{Context as _, Result};
+
+use crate::{
+    cuda::{Driver, Gpu},
+    dataset::Dataset,
+    feed::Feed,
+    loader::{Loader, PREFETCH, Shared},
+    rank::{Control, Ring},
+    scenario::Schedule,
+    sys, train,
+    truth::Truth,
+    work::{self, WorkerEnv},
+};
+
+/// Child processes, killed and reaped however the run ends.
+pub struct Children(pub Vec<libc::pid_t>);
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        for &pid in &self.0 {
+            sys::kill_and_reap(pid);
+        }
+    }
+}
+
+/// Where a job says that it is ready and how it did.
+pub enum Out {
+    /// The stallgen process's own stdout: `ready pid=…` and the totals line.
+    Stdout,
+    /// A rank's pipe to its parent: `ready workers=…` and `done <totals>`.
+    Parent(File),
+}
+
+/// First word of a rank's lines to its parent.
+pub const READY: &str = "ready";
+pub const DONE: &str = "done";
+
+impl Out {
+    /// The descriptor a rank's workers must not inherit.
+    fn fd(&self) -> Option<std::os::fd::RawFd> {
+        match self {
+            Self::Stdout => None,
+            Self::Parent(pipe) => Some(std::os::fd::AsRawFd::as_raw_fd(pipe)),
+        }
+    }
+
+    fn ready(&mut self, workers: &[libc::pid_t]) -> Result<()> {
+        let pids: Vec<String> = workers.iter().map(ToString::to_string).collect();
+        let pids = pids.join(",");
+        match self {
+            Self::Stdout => {
+                let mut out = std::io::stdout().lock();
+                writeln!(out, "ready pid={} workers={pids}", std::process::id())?;
+                out.flush()?;
+            }
+            Self::Parent(pipe) => pipe.write_all(format!("{READY} workers={pids}\n").as_bytes())?,
+        }
+        Ok(())
+    }
+
+    fn done(&mut self, totals: &str) -> Result<()> {
+        match self {
+            Self::Stdout => {
+                let mut out = std::io::stdout().lock();
+                writeln!(out, "{totals}")?;
+                out.flush()?;
+            }
+            Self::Parent(pipe) => pipe.write_all(format!("{DONE} {totals}\n").as_bytes())?,
+        }
+        Ok(())
+    }
+}
+
+/// A rank's place in a data-parallel run.
+#[derive(Clone, Copy)]
+pub struct Seat<'a> {
+    pub ctl: &'a Control,
+    pub rank: usize,
+    pub ranks: usize,
+}
+
+/// What one training process runs.
+pub struct Job<'a> {
+    pub schedule: Schedule,
+    pub workers: usize,
+    pub batch_bytes: usize,
+    pub pin_memory: bool,
+    pub dataset: Option<Dataset>,
+    /// Whether the totals report kernel launches.
+    pub launches: bool,
+    pub seat: Option<Seat<'a>>,
+}
+
+/// Runs `job` to the end of its schedule.
+pub fn run(job: Job<'_>, truth: &mut Truth, out: &mut Out) -> Result<()> {
+    let schedule = job.schedule;
+    let shared = Shared::new(job.workers * PREFETCH, job.batch_bytes)
+        .context("mapping the shared-memory batch slots")?;
+    // Everything that forks happens here, while the process is single-threaded: before the
+    // driver starts its threads and before the pin-memory thread.
+    let env = WorkerEnv {
+        shared: Arc::clone(&shared),
+        schedule: schedule.clone(),
+        workers: job.workers,
+        dataset: job.dataset,
+    };
+    // A rank's pipes to its parent stay with the rank: the parent must see their end of file
+    // when the rank dies, whatever its workers do.
+    let to_parent: Vec<_> = out.fd().into_iter().chain(truth.fd()).collect();
+    let loader = Loader::spawn(Arc::clone(&shared), job.workers, &|id, ready, free| {
+        sys::close_fds(&to_parent);
+        work::run_worker(&env, id, ready, free)
+    })?;
+    let worker_pids = loader.pids();
+    let mut children = Children(worker_pids.clone());
+    if schedule.max_hog_threads() > 0 {
+        // Contention comes from outside the job: a hog inside the traced tree would be
+        // counted as one of the job's workers.
+        let mut fds = loader.parent_fds();
+        fds.extend(&to_parent);
+        let pid = sys::spawn_detached("cpu_hog", sys::lifeline()?, || {
+            sys::close_fds(&fds);
+            work::run_hog(&shared, &schedule)
+        })
+        .context("starting the cpu_hog process")?;
+        children.0.push(pid);
+    }
+
+    let ordinal = job.seat.map_or(0, |s| s.rank);
+    let gpu = Gpu::init(Driver::load()?, shared.batch_bytes, ordinal)?;
+    let ring = job
+        .seat
+        .map(|s| Ring::join(&gpu, s.ctl, s.rank, s.ranks))
+        .transpose()
+        .context("joining the NCCL communicator")?;
+    let mut feed = if job.pin_memory {
+        Feed::pinned(loader, shared.batch_bytes, |n| gpu.host_alloc(n))?
+    } else {
+        Feed::Direct(loader)
+    };
+    // The first batch flows before `ready`, so an attached profiler sees a running job.
+    let first = &schedule.phases[0].knobs;
+    let mut warmup = train::Summary::default();
+    let batch = shared.batch_bytes;
+    train::step(&gpu, &mut feed, first, batch, ring.as_ref(), &mut warmup)?;
+    out.ready(&worker_pids)?;
+
+    let summary = train::train(&gpu, &mut feed, &shared, &schedule, truth, ring.as_ref())?;
+    out.done(&summary.totals(job.launches))?;
+    match ring {
+        Some(r) => {
+            eprintln!("stallgen: rank {}: {}", r.rank, summary.breakdown());
+            r.leave()?;
+        }
+        None => eprintln!("stallgen: {}", summary.breakdown()),
+    }
+    drop(children);
+    Ok(())
+}
+
+/// The data set, prepared before anything forks, when a phase reads from disk.
+pub fn dataset(dir: Option<&std::path::Path>, needed: bool) -> Result<Option<Dataset>> {
+    if !needed {
+        return Ok(None);
+    }
+    let dir = dir.map_or_else(crate::dataset::default_dir, ToOwned::to_owned);
+    let ds = Dataset::prepare(&dir)
+        .with_context(|| format!("preparing the data set in {}", dir.display()))?;
+    Ok(Some(ds))
+}

@@ -1,0 +1,262 @@
+//! The scenarios added for the CUDA and NCCL probes, on the simulated GPU: each idles the GPU
+//! a good part of the time, for its own reason, and data-parallel ranks are children of the
+//! stallgen process, one per GPU. Each run gets a fresh state file, because scenarios configure
+//! the simulated machine when they create it (the PCIe link, the number of GPUs); the device's
+//! busy time is read straight from that file. Needs the simulator built:
+//! `cargo build --release -p simgpu-cuda -p simgpu-nvml -p simgpu-nccl`.
+use std::{
+    io::{BufRead as _, BufReader, Read as _},
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    sync::Mutex,
+    time::{Duration, Instant},
+};
+
+use simgpu_state::{InitConfig, PcieLink, SharedState};
+
+const SECS: &str = "4";
+/// The busy time is measured from this long after `ready` for MEASURE.
+const SETTLE: Duration = Duration::from_millis(700);
+const MEASURE: Duration = Duration::from_millis(2500);
+
+/// Runs measure real time on a small machine: one at a time.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+struct Run {
+    /// stdout up to and including `ready`.
+    head: Vec<String>,
+    totals: String,
+    stderr: String,
+    /// Idle share of each GPU over the measured window.
+    idle: Vec<f64>,
+    /// The stallgen process.
+    pid: u32,
+    /// What the GPUs' processes were, mid-run.
+    gpu_pids: Vec<Vec<u32>>,
+    link: PcieLink,
+    truth: Vec<serde_json::Value>,
+}
+
+fn sim_dir() -> PathBuf {
+    let release = Path::new(env!("CARGO_BIN_EXE_stallgen"))
+        .parent()
+        .expect("the binary has a directory")
+        .to_path_buf();
+    let dir = std::env::temp_dir().join(format!("stallgen-newlib-{}", std::process::id()));
+    if let Err(e) = simgpu_state::install_dir(&release, &dir) {
+        panic!("the simulated GPU is not built ({e})");
+    }
+    dir
+}
+
+fn run(name: &str, args: &[&str]) -> Run {
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let lib_dir = sim_dir();
+    let scratch = std::env::temp_dir().join(format!("stallgen-new-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&scratch);
+    std::fs::create_dir_all(&scratch).unwrap();
+    let state = scratch.join("state");
+    let truth_path = scratch.join("truth.jsonl");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_stallgen"))
+        .args(args)
+        .args(["--secs", SECS, "--truth"])
+        .arg(&truth_path)
+        .env("LD_LIBRARY_PATH", &lib_dir)
+        .env(simgpu_state::STATE_ENV, &state)
+        .env_remove(simgpu_state::PCIE_ENV)
+        .env_remove(simgpu_state::DEVICES_ENV)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("stallgen starts");
+    let pid = child.id();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut head = Vec::new();
+    loop {
+        let mut line = String::new();
+        assert!(
+            out.read_line(&mut line).unwrap() > 0,
+            "{name}: no ready line: {head:?}"
+        );
+        head.push(line.trim_end().to_owned());
+        if line.starts_with("ready pid=") {
+            break;
+        }
+    }
+    let shared = SharedState::open(&state, InitConfig::default()).unwrap();
+    let gpus: Vec<_> = shared.devices().collect();
+    std::thread::sleep(SETTLE);
+    let busy = || gpus.iter().map(|g| g.busy_total_ns()).collect::<Vec<_>>();
+    let (b0, t0) = (busy(), Instant::now());
+    std::thread::sleep(MEASURE);
+    let (b1, wall) = (busy(), t0.elapsed().as_nanos() as f64);
+    let idle = b0
+        .iter()
+        .zip(&b1)
+        .map(|(a, b)| 1.0 - (b - a) as f64 / wall)
+        .collect();
+    let gpu_pids = gpus
+        .iter()
+        .map(|g| g.snapshot().procs.iter().map(|p| p.pid).collect())
+        .collect();
+    let link = gpus[0].pcie_link();
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).unwrap();
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    let status = child.wait().unwrap();
+    assert!(
+        status.success(),
+        "{name}: stallgen failed: {status}\n{stderr}"
+    );
+    let truth = std::fs::read_to_string(&truth_path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("truth lines are JSON"))
+        .collect();
+    let _ = std::fs::remove_dir_all(&scratch);
+    let _ = std::fs::remove_dir_all(&lib_dir);
+    let r = Run {
+        head,
+        totals: rest.lines().next().unwrap_or_default().to_owned(),
+        stderr,
+        idle,
+        pid,
+        gpu_pids,
+        link,
+        truth,
+    };
+    eprintln!(
+        "{name}: idle {:?} {} | {}",
+        r.idle
+            .iter()
+            .map(|i| format!("{:.1} %", i * 100.0))
+            .collect::<Vec<_>>(),
+        r.totals,
+        r.stderr.trim().replace('\n', " | ")
+    );
+    r
+}
+
+/// The share of the run the feeder spent in `part` of its step (stallgen's stderr breakdown),
+/// in rank order (ranks finish in any order).
+fn feeder_share(stderr: &str, part: &str) -> Vec<f64> {
+    let mut found: Vec<(usize, f64)> = stderr
+        .lines()
+        .filter(|l| l.contains("feeder:"))
+        .filter_map(|l| {
+            let rank = l
+                .split_once("rank ")
+                .and_then(|(_, r)| r.split(':').next()?.parse().ok())
+                .unwrap_or(0);
+            let share = l
+                .split_whitespace()
+                .find_map(|kv| kv.strip_prefix(part)?.strip_prefix('='))
+                .and_then(|v| v.trim_end_matches('%').parse().ok())?;
+            Some((rank, share))
+        })
+        .collect();
+    found.sort_by_key(|(rank, _)| *rank);
+    found.into_iter().map(|(_, share)| share).collect()
+}
+
+fn total(r: &Run, key: &str) -> f64 {
+    r.totals
+        .split_whitespace()
+        .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {key} in {:?}", r.totals))
+}
+
+#[test]
+fn pageable_copy_idles_the_gpu_while_it_stages() {
+    let r = run("pageable", &["--scenario", "pageable-copy"]);
+    assert!(r.idle[0] > 0.3, "idle {:.2}", r.idle[0]);
+    // The call itself (the driver's staging memcpy) is a good part of the feeder's time.
+    let copy = feeder_share(&r.stderr, "copy");
+    assert!(copy[0] > 12.0, "copy {copy:?}");
+    assert_eq!(r.truth[0]["cause"], "pinned_memory_copy");
+    assert_eq!(r.link, PcieLink::MAX);
+}
+
+#[test]
+fn pcie_degraded_trains_the_link_down_and_copies_crawl() {
+    let r = run("pcie", &["--scenario", "pcie-degraded"]);
+    assert_eq!(r.link, PcieLink::new(1, 4).unwrap());
+    assert!(r.idle[0] > 0.3, "idle {:.2}", r.idle[0]);
+    // Pinned: the copy call returns at once, the wait is in the sync.
+    let copy = feeder_share(&r.stderr, "copy");
+    assert!(copy[0] < 5.0, "copy {copy:?}");
+    assert_eq!(r.truth[0]["cause"], "pcie");
+}
+
+#[test]
+fn launch_bound_launches_tiny_kernels_as_fast_as_it_can() {
+    let r = run("launch", &["--scenario", "launch-bound"]);
+    assert!(r.idle[0] > 0.3, "idle {:.2}", r.idle[0]);
+    let rate = total(&r, "launches_per_sec");
+    assert!(rate >= 20_000.0, "{rate} launches/s");
+    assert!(
+        total(&r, "steps") >= 1.0,
+        "the totals start with steps=: {}",
+        r.totals
+    );
+    let launch = feeder_share(&r.stderr, "launch");
+    assert!(
+        launch[0] > 60.0,
+        "the feeder spends its time launching: {launch:?}"
+    );
+    assert_eq!(r.truth[0]["cause"], "launch_bound");
+}
+
+#[test]
+fn nccl_straggler_ranks_wait_for_the_disk_bound_one() {
+    let r = run("nccl", &["--scenario", "nccl-straggler"]);
+    // `rank <r> pid=<pid> workers=<pids>` per rank, then `ready pid=<stallgen>`.
+    assert_eq!(r.head.len(), 3, "{:?}", r.head);
+    let rank_pids: Vec<u32> = (0..2)
+        .map(|k| {
+            let line = &r.head[k];
+            let rest = line.strip_prefix(&format!("rank {k} pid=")).expect(line);
+            rest.split_whitespace().next().unwrap().parse().unwrap()
+        })
+        .collect();
+    assert!(r.head[2].starts_with(&format!("ready pid={} workers=", r.pid)));
+    // Rank r is alone on GPU r.
+    assert_eq!(r.gpu_pids, vec![vec![rank_pids[0]], vec![rank_pids[1]]]);
+    for (k, idle) in r.idle.iter().enumerate() {
+        assert!(*idle > 0.25, "GPU {k} idle {idle:.2}");
+    }
+    // The healthy rank waits in its sync (the all-reduce), the slow one for its batches.
+    let waits = feeder_share(&r.stderr, "wait_batch");
+    assert!(
+        waits.len() == 2 && waits[1] > 20.0 && waits[0] < 5.0,
+        "{waits:?}"
+    );
+    let causes: Vec<(u64, u64, &str)> = r
+        .truth
+        .iter()
+        .map(|t| {
+            (
+                t["rank"].as_u64().unwrap(),
+                t["pid"].as_u64().unwrap(),
+                t["cause"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        causes,
+        [
+            (0, u64::from(rank_pids[0]), "nccl_wait"),
+            (1, u64::from(rank_pids[1]), "disk")
+        ]
+    );
+    for t in &r.truth {
+        assert!(t["end_ns"].as_u64() > t["start_ns"].as_u64(), "{t}");
+    }
+}
