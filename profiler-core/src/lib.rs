@@ -7,6 +7,7 @@ pub mod analyze;
 pub mod folded;
 pub mod format;
 mod fxhash;
+pub mod merge;
 pub mod model;
 pub mod percentiles;
 pub mod reader;

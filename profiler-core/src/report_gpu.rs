@@ -191,6 +191,68 @@ fn write_stalls<W: Write>(a: &Analysis, attr: &Attribution, gpu: u32, w: &mut W)
                     .map_or("-".into(), |ns| format!("{:.1}", ns as f64 / 1e6))
             )?;
         }
+        if let Some(c) = &s.evidence.cuda {
+            write_cuda_evidence(c, w)?;
+        }
+    }
+    Ok(())
+}
+
+fn write_cuda_evidence<W: Write>(
+    c: &crate::attribution::cuda_evidence::CudaEvidence,
+    w: &mut W,
+) -> std::io::Result<()> {
+    for call in c.calls.iter().take(3) {
+        writeln!(
+            w,
+            "      in {} ({} calls, {} s){}",
+            call.api,
+            call.calls,
+            units::seconds(call.total_ns),
+            if call.caller.is_empty() {
+                String::new()
+            } else {
+                format!(" called from {}", call.caller)
+            }
+        )?;
+    }
+    if let Some(cp) = &c.copies {
+        writeln!(
+            w,
+            "      copies: {} pinned, {} pageable{}{}",
+            units::bytes(cp.pinned_bytes),
+            units::bytes(cp.pageable_bytes),
+            cp.achieved_gbps
+                .map(|g| format!(", achieved {g:.2} GB/s"))
+                .unwrap_or_default(),
+            if cp.pageable_bytes > cp.pinned_bytes {
+                " (pageable memory is staged by the CPU: pin_memory=True)"
+            } else {
+                ""
+            }
+        )?;
+    }
+    if let Some(l) = &c.link {
+        writeln!(
+            w,
+            "      PCIe link: gen{} x{} (max gen{} x{}): {:.1} GB/s now, {:.1} GB/s at full width and speed{}",
+            l.generation,
+            l.width,
+            l.max_gen,
+            l.max_width,
+            l.current_gbps,
+            l.expected_gbps,
+            if l.saturated { ", saturated" } else { "" }
+        )?;
+    }
+    for col in &c.collectives {
+        writeln!(
+            w,
+            "      NCCL {}: {} calls, {} (they only enqueue; the wait is in the sync after them)",
+            col.op,
+            col.calls,
+            units::bytes(col.bytes)
+        )?;
     }
     Ok(())
 }

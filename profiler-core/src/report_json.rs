@@ -60,6 +60,8 @@ pub struct JsonReport<'a> {
     pub cuda_processes: &'a BTreeMap<u32, String>,
     /// What the CUDA and NCCL uprobes saw, per process.
     pub cuda: crate::cuda::CudaSummary<'a>,
+    /// NCCL ranks in the recording and the straggler, if any.
+    pub ranks: crate::attribution::ranks::RankView,
     /// Start and end are CLOCK_MONOTONIC ns, like `start_ns`.
     pub stalls: Vec<&'a crate::attribution::Stall>,
     pub verdict: Option<&'a crate::attribution::Verdict>,
@@ -225,6 +227,7 @@ impl<'a> JsonReport<'a> {
             gpus: crate::report_gpu::json_gpus(a),
             cuda_processes: &a.cuda_processes,
             cuda: crate::cuda::summarize(&a.cuda),
+            ranks: crate::attribution::ranks::ranks(&[a]),
             stalls: crate::report_gpu::json_stalls(a),
             verdict: crate::report_gpu::json_verdict(a),
         }

@@ -19,11 +19,136 @@ const TOP_FILES: usize = 5;
 pub fn write_text<W: Write>(analysis: &Analysis, load: &LoadInfo, mut w: W) -> io::Result<()> {
     write_header(analysis, load, &mut w)?;
     crate::report_gpu::write_text(analysis, &mut w)?;
+    write_cuda(analysis, &mut w)?;
+    let ranks = crate::attribution::ranks::ranks(&[analysis]);
+    if !ranks.ranks.is_empty() {
+        writeln!(w)?;
+        write_ranks(&ranks, &mut w)?;
+    }
     for process in analysis.processes.values() {
         writeln!(w)?;
         write_process(analysis, process, &mut w)?;
     }
     write_top_files(analysis, &mut w)
+}
+
+fn write_cuda<W: Write>(a: &Analysis, w: &mut W) -> io::Result<()> {
+    let summary = crate::cuda::summarize(&a.cuda);
+    if summary.libraries.is_empty() && summary.processes.is_empty() {
+        return Ok(());
+    }
+    writeln!(w)?;
+    writeln!(w, "CUDA/NCCL probes:")?;
+    for l in summary.libraries {
+        writeln!(
+            w,
+            "  {} {} (PID {}): {} functions probed{}",
+            l.library.name(),
+            l.path,
+            l.pid,
+            l.attached,
+            if l.missing.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    ", missing: {}",
+                    l.missing
+                        .iter()
+                        .map(|(n, _)| n.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            }
+        )?;
+    }
+    for p in &summary.processes {
+        let waits: Vec<String> = p
+            .wait_ns
+            .iter()
+            .map(|(k, ns)| format!("{} {} s", serde_name(k), units::seconds(*ns)))
+            .collect();
+        writeln!(
+            w,
+            "  PID {}{}: waited in CUDA: {}",
+            p.pid,
+            p.rank
+                .map(|r| format!(" (rank {} of {})", r.rank, r.nranks))
+                .unwrap_or_default(),
+            if waits.is_empty() {
+                "nothing".to_string()
+            } else {
+                waits.join(", ")
+            }
+        )?;
+        if p.pinned_copy_bytes + p.pageable_copy_bytes > 0 {
+            writeln!(
+                w,
+                "    copies: {} MiB from pinned memory, {} MiB from pageable memory",
+                p.pinned_copy_bytes >> 20,
+                p.pageable_copy_bytes >> 20
+            )?;
+        }
+        if let Some(l) = p.launches {
+            writeln!(
+                w,
+                "    kernel launches: about {:.0}/s ({} counted while the launch probes were on)",
+                l.per_sec, l.counted
+            )?;
+        }
+        for c in p.calls.iter().take(5) {
+            writeln!(
+                w,
+                "    {:<28} {:>7} calls {:>9} s{}",
+                c.api,
+                c.calls,
+                units::seconds(c.total_ns),
+                if c.errors > 0 {
+                    format!(" ({} failed)", c.errors)
+                } else {
+                    String::new()
+                }
+            )?;
+        }
+    }
+    Ok(())
+}
+
+fn serde_name<T: serde::Serialize>(v: &T) -> String {
+    serde_json::to_value(v)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
+/// The NCCL ranks and the straggler.
+pub fn write_ranks<W: Write>(
+    ranks: &crate::attribution::ranks::RankView,
+    w: &mut W,
+) -> io::Result<()> {
+    writeln!(w, "NCCL ranks:")?;
+    for r in &ranks.ranks {
+        writeln!(
+            w,
+            "  rank {}/{} PID {}{}{}: {:.0}% of the time waiting in collectives{}",
+            r.rank,
+            r.nranks,
+            r.pid,
+            if r.host.is_empty() {
+                String::new()
+            } else {
+                format!(" on {}", r.host)
+            },
+            r.gpu.map(|g| format!(", GPU {g}")).unwrap_or_default(),
+            r.nccl_wait_share * 100.0,
+            r.own_cause
+                .map(|c| format!("; own cause: {}", c.name()))
+                .unwrap_or_default()
+        )?;
+    }
+    match &ranks.straggler {
+        Some(s) => writeln!(w, "  {}", s.text),
+        None => writeln!(w, "  no straggler: the ranks waited alike"),
+    }
 }
 
 /// The text report as a string.

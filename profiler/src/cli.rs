@@ -86,8 +86,10 @@ pub struct RecordArgs {
 
 #[derive(Debug, Args)]
 pub struct ReportArgs {
-    /// The recording to analyse.
-    pub file: PathBuf,
+    /// The recording to analyse; several recordings of one job (one per host) are reported
+    /// together, with the NCCL ranks across them.
+    #[arg(required = true, num_args = 1..)]
+    pub files: Vec<PathBuf>,
     #[command(flatten)]
     pub out: OutputArgs,
 }
@@ -166,7 +168,7 @@ mod tests {
         let Command::Report(r) = cli.command else {
             panic!("not report")
         };
-        assert_eq!(r.file, PathBuf::from("a.rec"));
+        assert_eq!(r.files, [PathBuf::from("a.rec")]);
         assert!(r.out.json);
     }
 

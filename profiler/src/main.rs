@@ -26,7 +26,7 @@ fn main() {
     let cli = cli::Cli::parse();
     let result = match cli.command {
         cli::Command::Record(args) => record::run(args),
-        cli::Command::Report(args) => output::render(&args.file, &args.out).map(|()| 0),
+        cli::Command::Report(args) => output::render_many(&args.files, &args.out).map(|()| 0),
     };
     match result {
         Ok(code) => std::process::exit(code),

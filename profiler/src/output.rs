@@ -12,7 +12,7 @@ use profiler_core::{analyze_reader, attribution::Cause, folded, report_json, rep
 
 use crate::{cli::OutputArgs, owner};
 
-pub fn render(recording: &Path, out: &OutputArgs) -> anyhow::Result<()> {
+fn load(recording: &Path) -> anyhow::Result<(profiler_core::Analysis, profiler_core::LoadInfo)> {
     let file = File::open(recording)
         .with_context(|| format!("cannot open recording {}", recording.display()))?;
     let (analysis, load) = analyze_reader(BufReader::new(file))
@@ -26,6 +26,76 @@ pub fn render(recording: &Path, out: &OutputArgs) -> anyhow::Result<()> {
             t.records_loaded
         );
     }
+    Ok((analysis, load))
+}
+
+/// Several recordings of one job (one per host): each one's report, then the ranks across
+/// all of them.
+pub fn render_many(recordings: &[PathBuf], out: &OutputArgs) -> anyhow::Result<()> {
+    if let [one] = recordings {
+        return render(one, out);
+    }
+    let mut loaded = Vec::new();
+    for r in recordings {
+        let (analysis, load) = load(r)?;
+        if !out.no_flamegraphs {
+            let (dir, stem) = flamegraph_place(r, out);
+            for p in write_flamegraphs(&analysis, &dir, &stem)? {
+                eprintln!("stallscope: wrote {}", p.display());
+            }
+        }
+        loaded.push((r, analysis, load));
+    }
+    let analyses: Vec<&profiler_core::Analysis> = loaded.iter().map(|(_, a, _)| a).collect();
+    let ranks = profiler_core::attribution::ranks::ranks(&analyses);
+    let note = profiler_core::merge::clock_note(&analyses);
+    let stdout = std::io::stdout();
+    let mut stdout = stdout.lock();
+    if out.json {
+        let doc = serde_json::json!({
+            "version": report_json::JSON_VERSION,
+            "recordings": loaded
+                .iter()
+                .map(|(path, a, l)| {
+                    let mut v = report_json::to_json_value(a, l);
+                    v["file"] = serde_json::json!(path.display().to_string());
+                    v
+                })
+                .collect::<Vec<_>>(),
+            "ranks": ranks,
+            "clock_note": note,
+        });
+        serde_json::to_writer_pretty(&mut stdout, &doc)?;
+        writeln!(stdout)?;
+    } else {
+        for (path, a, l) in &loaded {
+            writeln!(stdout, "=== {} ===", path.display())?;
+            report_text::write_text(a, l, &mut stdout)?;
+            writeln!(stdout)?;
+        }
+        writeln!(stdout, "=== all recordings ===")?;
+        profiler_core::report_text::write_ranks(&ranks, &mut stdout)?;
+        writeln!(stdout, "{note}")?;
+    }
+    stdout.flush()?;
+    Ok(())
+}
+
+fn flamegraph_place(recording: &Path, out: &OutputArgs) -> (PathBuf, String) {
+    let dir = out
+        .flamegraph_dir
+        .clone()
+        .or_else(|| recording.parent().map(Path::to_path_buf))
+        .unwrap_or_else(|| PathBuf::from("."));
+    let stem = recording
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "stallscope".into());
+    (dir, stem)
+}
+
+pub fn render(recording: &Path, out: &OutputArgs) -> anyhow::Result<()> {
+    let (analysis, load) = load(recording)?;
     let dir = out
         .flamegraph_dir
         .clone()

@@ -8,6 +8,7 @@
 pub mod cuda_evidence;
 pub mod evidence;
 mod link;
+pub mod ranks;
 mod roles;
 mod rules;
 mod window;
