@@ -9,7 +9,10 @@ pub const USAGE: &str = "usage: stallwork <command> [--key value]...
   fork-tree --delay-ms D --secs N  after D ms, fork 2 spinning processes and 2 spinning threads
   demo --secs N [--cpu C]          CPU worker, IO worker and two contending threads
   pingpong --secs N [--cpu C]      two pinned threads bouncing a byte over pipes
-  mix --secs N [--threads T]       CPU bursts, naps and small file IO";
+  mix --secs N [--threads T]       CPU bursts, naps and small file IO
+  cuda-late --lib L --delay-ms D --secs N [--preload P]
+                                   after D ms dlopen P (if given) and L, then call L's
+                                   cuCtxSynchronize every 10 ms";
 
 /// One workload, with its parameters.
 #[derive(Clone, Debug, PartialEq)]
@@ -43,6 +46,12 @@ pub enum Command {
     },
     Mix {
         threads: usize,
+        secs: Duration,
+    },
+    CudaLate {
+        lib: String,
+        preload: Option<String>,
+        delay: Duration,
         secs: Duration,
     },
 }
@@ -132,6 +141,12 @@ pub fn parse(argv: &[String]) -> io::Result<Command> {
         },
         "mix" => Command::Mix {
             threads: o.take("threads")?.unwrap_or(4),
+            secs: o.secs()?,
+        },
+        "cuda-late" => Command::CudaLate {
+            lib: o.need("lib")?,
+            preload: o.take("preload")?,
+            delay: Duration::from_millis(o.need("delay-ms")?),
             secs: o.secs()?,
         },
         other => return Err(invalid(format!("unknown command `{other}`"))),

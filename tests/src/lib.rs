@@ -3,6 +3,7 @@
 pub mod args;
 pub mod bench;
 pub mod cpu;
+pub mod cuda;
 pub mod demo;
 pub mod io;
 pub mod sys;
@@ -22,6 +23,12 @@ pub fn run(command: Command) -> std::io::Result<()> {
         Command::Demo { cpu, secs } => demo::demo(cpu, secs),
         Command::PingPong { cpu, secs } => bench::pingpong(cpu, secs),
         Command::Mix { threads, secs } => bench::mix(threads, secs),
+        Command::CudaLate {
+            lib,
+            preload,
+            delay,
+            secs,
+        } => cuda::cuda_late(&lib, preload.as_deref(), delay, secs),
     }
 }
 

@@ -1,0 +1,72 @@
+//! A process that loads the CUDA driver library late, the way PyTorch dlopens libcuda.so.1
+//! on first use, then keeps calling probed driver functions.
+use std::{
+    ffi::{CString, c_void},
+    io,
+    time::{Duration, Instant},
+};
+
+type Sync0 = unsafe extern "C" fn() -> i32;
+type Init = unsafe extern "C" fn(u32) -> i32;
+
+fn dlerror() -> String {
+    // SAFETY: dlerror returns a thread-local C string or null.
+    let e = unsafe { libc::dlerror() };
+    if e.is_null() {
+        "unknown dlopen error".into()
+    } else {
+        // SAFETY: non-null, NUL-terminated, valid until the next dl call on this thread.
+        unsafe { std::ffi::CStr::from_ptr(e) }
+            .to_string_lossy()
+            .into_owned()
+    }
+}
+
+fn sym(lib: *mut c_void, name: &str) -> io::Result<*mut c_void> {
+    let c = CString::new(name).map_err(io::Error::other)?;
+    // SAFETY: a handle from dlopen and a NUL-terminated name.
+    let p = unsafe { libc::dlsym(lib, c.as_ptr()) };
+    if p.is_null() {
+        return Err(io::Error::other(format!("{name}: {}", dlerror())));
+    }
+    Ok(p)
+}
+
+fn open(lib: &str) -> io::Result<*mut c_void> {
+    let name = CString::new(lib).map_err(io::Error::other)?;
+    // SAFETY: a NUL-terminated library name.
+    let handle = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOW) };
+    if handle.is_null() {
+        return Err(io::Error::other(format!("dlopen {lib}: {}", dlerror())));
+    }
+    Ok(handle)
+}
+
+/// Announces readiness, waits `delay`, dlopens `preload` (only mapped) and `lib` (names the
+/// dynamic linker resolves, e.g. through LD_LIBRARY_PATH, or paths), then calls `lib`'s
+/// cuCtxSynchronize in 10 ms steps until `secs`.
+pub fn cuda_late(
+    lib: &str,
+    preload: Option<&str>,
+    delay: Duration,
+    secs: Duration,
+) -> io::Result<()> {
+    let start = Instant::now();
+    crate::announce_ready()?;
+    std::thread::sleep(delay);
+    if let Some(p) = preload {
+        open(p)?;
+    }
+    let handle = open(lib)?;
+    // SAFETY: the driver API's signatures.
+    let init: Init = unsafe { std::mem::transmute(sym(handle, "cuInit")?) };
+    let sync: Sync0 = unsafe { std::mem::transmute(sym(handle, "cuCtxSynchronize")?) };
+    // SAFETY: plain driver calls; without a context the sync fails, which is fine: the call
+    // is what the probes must see.
+    unsafe { init(0) };
+    while start.elapsed() < secs {
+        unsafe { sync() };
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Ok(())
+}

@@ -1,0 +1,179 @@
+//! The CUDA uprobes against the simulated driver: a library loaded after attach is probed, a
+//! library that lacks the probed functions degrades with a named warning while the others
+//! keep working, and a library visible only inside the target's mount namespace is probed
+//! through /proc/PID/root.
+#[allow(
+    dead_code,
+    reason = "each test binary uses its own part of the shared helpers"
+)]
+mod common;
+
+use std::{path::PathBuf, process::Command, time::Duration};
+
+use common::{
+    Scratch, require_root, serial,
+    spawned::Spawned,
+    stallscope::{RECORD_TIMEOUT, assert_success, bin, parse_report, start_record},
+    workload::{ready_pid, stallwork},
+};
+use serde_json::Value;
+
+/// The simulated libraries, installed into a scratch directory.
+fn sim_libs(dir: &Scratch) -> PathBuf {
+    let libs = dir.join("lib");
+    let release = bin().parent().unwrap().to_path_buf();
+    simgpu_state::install_dir(&release, &libs).unwrap_or_else(|e| {
+        panic!("the simulated GPU is not built ({e}): run `cargo xtask build`")
+    });
+    libs
+}
+
+fn start(cmd: &mut Command) -> (Spawned, u32) {
+    let proc = Spawned::start(cmd);
+    let line = proc
+        .wait_stdout(Duration::from_secs(30), |l| l.starts_with("ready pid="))
+        .unwrap_or_else(|| panic!("no ready line; stderr:\n{}", proc.stderr_so_far()));
+    let pid = ready_pid(&line).unwrap();
+    (proc, pid)
+}
+
+fn record(pid: u32, dir: &Scratch, secs: &str) -> (Value, String) {
+    let rec = start_record(&[pid], secs, &dir.join("x.rec"), &["--no-gpu"]);
+    let f = rec.finish(RECORD_TIMEOUT);
+    assert_success(&f, "record");
+    (parse_report(&f.stdout), f.stderr.clone())
+}
+
+fn process<'a>(report: &'a Value, pid: u32) -> &'a Value {
+    report["cuda"]["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["pid"] == pid)
+        .unwrap_or_else(|| panic!("no CUDA activity for PID {pid}: {}", report["cuda"]))
+}
+
+fn calls(report: &Value, pid: u32, api: &str) -> u64 {
+    process(report, pid)["calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["api"] == api)
+        .map_or(0, |c| c["calls"].as_u64().unwrap())
+}
+
+fn library<'a>(report: &'a Value, kind: &str) -> &'a Value {
+    report["cuda"]["libraries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["library"] == kind)
+        .unwrap_or_else(|| panic!("no {kind} library probed: {}", report["cuda"]))
+}
+
+#[test]
+fn a_driver_loaded_after_attach_is_probed() {
+    require_root();
+    let _serial = serial();
+    let dir = Scratch::new("cuda-late");
+    let libs = sim_libs(&dir);
+    let (_job, pid) = start(
+        Command::new(stallwork())
+            .env("LD_LIBRARY_PATH", &libs)
+            .env("STALLSCOPE_SIMGPU_STATE", dir.join("state"))
+            .args(["cuda-late", "--lib", "libcuda.so.1", "--delay-ms", "1500"])
+            .args(["--secs", "6"]),
+    );
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    assert!(
+        !maps.contains("libcuda"),
+        "libcuda was mapped before attach"
+    );
+    let (report, _) = record(pid, &dir, "4s");
+    let lib = library(&report, "Driver");
+    assert_eq!(lib["pid"], pid);
+    assert!(lib["attached"].as_u64().unwrap() > 10, "{lib}");
+    let n = calls(&report, pid, "cuCtxSynchronize");
+    // One call per 10 ms for the 2.5 s after the load; generous for a loaded CI machine.
+    assert!(
+        n >= 50,
+        "cuCtxSynchronize seen {n} times: {}",
+        report["cuda"]
+    );
+}
+
+#[test]
+fn a_library_without_the_symbols_degrades_with_a_warning() {
+    require_root();
+    let _serial = serial();
+    let dir = Scratch::new("cuda-missing");
+    let libs = sim_libs(&dir);
+    // A real shared library under a CUDA runtime name: it has none of cudart's functions.
+    let fake = libs.join("libcudart.so.12");
+    std::fs::copy(libs.join("libnvidia-ml.so.1"), &fake).unwrap();
+    let (_job, pid) = start(
+        Command::new(stallwork())
+            .env("LD_LIBRARY_PATH", &libs)
+            .env("STALLSCOPE_SIMGPU_STATE", dir.join("state"))
+            .args(["cuda-late", "--lib", "libcuda.so.1", "--delay-ms", "0"])
+            .args(["--preload", fake.to_str().unwrap(), "--secs", "5"]),
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let (report, stderr) = record(pid, &dir, "2s");
+    assert!(
+        stderr.contains("libcudart") && stderr.contains("`cudaStreamSynchronize` not probed"),
+        "no named warning:\n{stderr}"
+    );
+    let rt = library(&report, "Runtime");
+    assert_eq!(rt["attached"], 0, "{rt}");
+    assert!(
+        rt["missing"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m[0] == "cudaStreamSynchronize"),
+        "{rt}"
+    );
+    // The driver's probes still work.
+    assert!(library(&report, "Driver")["attached"].as_u64().unwrap() > 10);
+    assert!(calls(&report, pid, "cuCtxSynchronize") >= 50);
+}
+
+#[test]
+fn a_library_only_inside_the_targets_mount_namespace_is_probed() {
+    require_root();
+    let _serial = serial();
+    let dir = Scratch::new("cuda-mntns");
+    let libs = sim_libs(&dir);
+    let hidden = dir.join("hidden");
+    std::fs::create_dir_all(&hidden).unwrap();
+    let script = format!(
+        "mount -t tmpfs tmpfs {h} && cp {l}/libcuda.so.1 {h}/ && exec {w} cuda-late --lib {h}/libcuda.so.1 --delay-ms 0 --secs 6",
+        h = hidden.display(),
+        l = libs.display(),
+        w = stallwork()
+    );
+    // unshare execs the shell in its own process, and the shell execs stallwork: one PID.
+    let (_job, pid) = start(
+        Command::new("unshare")
+            .args(["--mount", "--propagation", "private", "--", "sh", "-c"])
+            .arg(&script)
+            .env("STALLSCOPE_SIMGPU_STATE", dir.join("state")),
+    );
+    let path = hidden.join("libcuda.so.1");
+    assert!(
+        !path.exists(),
+        "{} must not be visible outside the namespace",
+        path.display()
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let (report, stderr) = record(pid, &dir, "2s");
+    let lib = library(&report, "Driver");
+    assert_eq!(lib["path"], path.to_str().unwrap(), "{lib}\n{stderr}");
+    assert!(lib["attached"].as_u64().unwrap() > 10, "{lib}\n{stderr}");
+    assert!(
+        calls(&report, pid, "cuCtxSynchronize") >= 50,
+        "{}",
+        report["cuda"]
+    );
+}
