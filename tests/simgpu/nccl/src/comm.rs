@@ -66,14 +66,13 @@ pub fn lookup(h: usize) -> NcclResult<Arc<Comm>> {
         .ok_or(NCCL_INVALID_ARGUMENT)
 }
 
-/// Removes handle `h`; the rank leaves the rendezvous.
+/// Removes handle `h`. Work already queued keeps what it needs of the communicator.
 pub fn destroy(h: usize) -> NcclResult<()> {
-    let comm = comms()
+    comms()
         .as_mut()
         .and_then(|m| m.remove(&h))
-        .ok_or(NCCL_INVALID_ARGUMENT)?;
-    comm.rdv.leave();
-    Ok(())
+        .map(drop)
+        .ok_or(NCCL_INVALID_ARGUMENT)
 }
 
 /// A fresh unique id: magic, 8 random bytes, the creating pid.

@@ -5,6 +5,9 @@
 //! k-th collective (or its k-th send to, or receive from, a peer), bumps `generation` and wakes
 //! the waiters; a rank waits until every counter it depends on has reached k. Waits sleep on
 //! `generation` (a futex in the shared mapping), so a rank waiting for a straggler costs no CPU.
+//!
+//! The file's name is only needed until every rank has mapped it: it is removed as soon as all
+//! have joined, so ranks that are killed later leave nothing behind.
 use std::fs::OpenOptions;
 use std::io;
 use std::os::fd::AsRawFd;
@@ -37,7 +40,7 @@ struct RdvFile {
     /// Bumped on every arrival and join; waiters sleep on it.
     generation: AtomicU32,
     joined: AtomicU32,
-    left: AtomicU32,
+    _pad: AtomicU32,
     ranks: [RankSlot; MAX_RANKS],
     /// `sent[from * MAX_RANKS + to]`: sends from `from` to `to` that `from`'s stream reached.
     sent: [AtomicU64; MAX_RANKS * MAX_RANKS],
@@ -171,11 +174,11 @@ impl Rendezvous {
         Ok(())
     }
 
-    /// Waits until every rank has joined, up to `timeout`.
+    /// Waits until every rank has joined, up to `timeout`; then nobody needs the file's name.
     pub fn wait_all_joined(&self, timeout: Duration) -> Result<(), String> {
         let n = self.nranks() as u32;
         let deadline = Instant::now() + timeout;
-        self.wait(
+        let joined = self.wait(
             || self.file().joined.load(Ordering::Acquire) >= n,
             || {
                 if Instant::now() > deadline {
@@ -186,7 +189,12 @@ impl Rendezvous {
                 }
                 Ok(())
             },
-        )
+        );
+        if joined.is_ok() {
+            // Every rank maps the file before it joins. Each removes it; all but one find it gone.
+            let _ = std::fs::remove_file(&self.path);
+        }
+        joined
     }
 
     /// Publishes that the calling rank's stream reached `mark`.
@@ -242,14 +250,6 @@ impl Rendezvous {
                 Ok(())
             },
         )
-    }
-
-    /// Marks the calling rank as gone; the last one out removes the file.
-    pub fn leave(&self) {
-        let left = self.file().left.fetch_add(1, Ordering::AcqRel) + 1;
-        if left as usize >= self.nranks() {
-            let _ = std::fs::remove_file(&self.path);
-        }
     }
 
     /// Sleeps until `done` holds, calling `check` after each timed-out sleep.
@@ -345,6 +345,8 @@ mod tests {
         a.join(0, 1).unwrap();
         b.join(1, std::process::id()).unwrap();
         a.wait_all_joined(Duration::from_secs(1)).unwrap();
+        assert!(!p.exists(), "the file goes once every rank has joined");
+        b.wait_all_joined(Duration::from_secs(1)).unwrap();
         let mark = Mark::Collective { seq: 1 };
         a.arrive(0, mark);
         assert!(!a.ready(0, mark));
@@ -358,10 +360,6 @@ mod tests {
         });
         assert!(start.elapsed() >= Duration::from_millis(100));
         assert!(b.ready(1, mark));
-        a.leave();
-        assert!(p.exists());
-        b.leave();
-        assert!(!p.exists(), "the last rank out removes the file");
     }
 
     #[test]
