@@ -60,11 +60,13 @@ pub fn cuda_late(
     let handle = open(lib)?;
     // SAFETY: the driver API's signatures.
     let init: Init = unsafe { std::mem::transmute(sym(handle, "cuInit")?) };
+    // SAFETY: as above.
     let sync: Sync0 = unsafe { std::mem::transmute(sym(handle, "cuCtxSynchronize")?) };
     // SAFETY: plain driver calls; without a context the sync fails, which is fine: the call
     // is what the probes must see.
     unsafe { init(0) };
     while start.elapsed() < secs {
+        // SAFETY: as above.
         unsafe { sync() };
         std::thread::sleep(Duration::from_millis(10));
     }
