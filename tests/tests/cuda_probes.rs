@@ -44,7 +44,7 @@ fn record(pid: u32, dir: &Scratch, secs: &str) -> (Value, String) {
     (parse_report(&f.stdout), f.stderr.clone())
 }
 
-fn process<'a>(report: &'a Value, pid: u32) -> &'a Value {
+fn process(report: &Value, pid: u32) -> &Value {
     report["cuda"]["processes"]
         .as_array()
         .unwrap()
