@@ -151,12 +151,14 @@ pub fn run(job: Job<'_>, truth: &mut Truth, out: &mut Out) -> Result<()> {
 
     let summary = train::train(&gpu, &mut feed, &shared, &schedule, truth, ring.as_ref())?;
     out.done(&summary.totals(job.launches))?;
-    match ring {
-        Some(r) => {
-            eprintln!("stallgen: rank {}: {}", r.rank, summary.breakdown());
-            r.leave()?;
-        }
-        None => eprintln!("stallgen: {}", summary.breakdown()),
+    let who = ring
+        .as_ref()
+        .map_or(String::new(), |r| format!("rank {}: ", r.rank));
+    // One write, so that ranks finishing together do not interleave their lines.
+    let line = format!("stallgen: {who}{}\n", summary.breakdown());
+    let _ = std::io::stderr().write_all(line.as_bytes());
+    if let Some(r) = ring {
+        r.leave()?;
     }
     drop(children);
     Ok(())
