@@ -94,6 +94,7 @@ pub struct Analyzer {
     cuda_libraries: Vec<crate::cuda::ProbedLibrary>,
     launches: BTreeMap<u32, u64>,
     launch_probed_ns: u64,
+    env_ranks: BTreeMap<u32, crate::cuda::RankInfo>,
 }
 
 #[derive(Debug, Default)]
@@ -311,6 +312,11 @@ impl Analyzer {
                     missing,
                 });
             }
+            Record::ProcessEnv { pid, vars } => {
+                if let Some(r) = crate::cuda::rank_from_env(&vars) {
+                    self.env_ranks.insert(pid, r);
+                }
+            }
             Record::CudaCall(call) => {
                 self.seen_ts(call.start_ns);
                 self.cuda_calls.push(call);
@@ -405,12 +411,15 @@ impl Analyzer {
             timed,
             cpus: self.cpus,
             cuda_processes: self.cuda_processes,
-            cuda: crate::cuda::build(
-                self.cuda_calls,
-                self.cuda_libraries,
-                &self.launches,
-                self.launch_probed_ns,
-            ),
+            cuda: crate::cuda::CudaView {
+                env_ranks: self.env_ranks,
+                ..crate::cuda::build(
+                    self.cuda_calls,
+                    self.cuda_libraries,
+                    &self.launches,
+                    self.launch_probed_ns,
+                )
+            },
             attribution: None,
         };
         analysis.attribution = crate::attribution::attribute(&analysis);

@@ -194,6 +194,12 @@ pub enum Record {
         probed_ns: u64,
         counts: Vec<LaunchCount>,
     },
+    /// The launcher's rank variables in a process's environment (RANK, WORLD_SIZE, ...):
+    /// which rank it is when its NCCL communicator was made before the probes came.
+    ProcessEnv {
+        pid: u32,
+        vars: Vec<(String, String)>,
+    },
 }
 
 /// One probed CUDA/NCCL call of a traced thread, entry to return.

@@ -26,6 +26,8 @@ pub struct JsonGpu<'a> {
     pub samples: usize,
     pub pcie_max_gen: u32,
     pub pcie_max_width: u32,
+    /// Traced processes NVML listed on this GPU.
+    pub target_pids: &'a [u32],
     /// Mean GPM SM activity over the recording, where the GPU has GPM (Hopper and newer).
     pub sm_active_pct: Option<f64>,
     /// The dominant cause of each second of the recording.
@@ -44,6 +46,7 @@ pub fn json_gpus(a: &Analysis) -> Vec<JsonGpu<'_>> {
                 index: g.gpu,
                 name: info.map_or("", |i| i.name.as_str()),
                 uuid: info.map_or("", |i| i.uuid.as_str()),
+                target_pids: info.map_or(&[], |i| i.target_pids.as_slice()),
                 observed_ns: g.observed_ns,
                 busy_ns: g.busy_ns,
                 idle_ns: g.idle_ns,

@@ -129,9 +129,12 @@ pub fn write_ranks<W: Write>(
     for r in &ranks.ranks {
         writeln!(
             w,
-            "  rank {}/{} PID {}{}{}: {:.0}% of the time waiting in collectives{}",
-            r.rank,
-            r.nranks,
+            "  rank {} PID {}{}{}: {:.0}% of the time waiting in collectives{}",
+            match (r.rank, r.nranks) {
+                (Some(rank), Some(n)) => format!("{rank}/{n}"),
+                (Some(rank), None) => rank.to_string(),
+                _ => "?".into(),
+            },
             r.pid,
             if r.host.is_empty() {
                 String::new()

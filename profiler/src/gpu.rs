@@ -244,12 +244,18 @@ fn refresh_users(nvml: &Nvml, watched: &mut [Watched], traced: &BTreeSet<u32>) -
         let Ok(d) = nvml.device_by_index(w.index) else {
             continue;
         };
-        let mut users: Vec<u32> = d
-            .running_compute_processes()
-            .unwrap_or_default()
+        // A failed query says nothing about who left: keep the last answer.
+        let Ok(running) = d.running_compute_processes() else {
+            log::debug!("GPU {}: listing compute processes failed", w.index);
+            continue;
+        };
+        // Every traced process seen on the GPU during the recording: one that exits before
+        // the end still ran on it.
+        let mut users: Vec<u32> = running
             .into_iter()
             .map(|p| p.pid)
             .filter(|pid| traced.contains(pid))
+            .chain(w.info.target_pids.iter().copied())
             .collect();
         users.sort_unstable();
         users.dedup();

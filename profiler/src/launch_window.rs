@@ -75,13 +75,14 @@ fn open_probe(
 
 enum Cmd {
     Add(PathBuf, u64),
-    /// Stop crediting probe time (the probes are silenced); answer when done.
-    EndWindow(Sender<()>),
 }
 
 pub struct LaunchWindows {
     tx: Option<Sender<Cmd>>,
     probed_ns: Arc<AtomicU64>,
+    /// When the open window's uncredited time starts; 0 while off.
+    on_since: Arc<AtomicU64>,
+    ended: Arc<std::sync::atomic::AtomicBool>,
     handle: Option<JoinHandle<()>>,
 }
 
@@ -90,14 +91,24 @@ impl LaunchWindows {
     pub fn start(prog: OwnedFd, on: Duration, period: Duration) -> std::io::Result<Self> {
         let pmu = uprobe_pmu_type()?;
         let (tx, rx) = channel();
-        let probed_ns = Arc::new(AtomicU64::new(0));
-        let probed = probed_ns.clone();
+        let shared = Shared {
+            probed: Arc::new(AtomicU64::new(0)),
+            on_since: Arc::new(AtomicU64::new(0)),
+            ended: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        };
+        let (probed_ns, on_since, ended) = (
+            shared.probed.clone(),
+            shared.on_since.clone(),
+            shared.ended.clone(),
+        );
         let handle = std::thread::Builder::new()
             .name("stallscope-launch".into())
-            .spawn(move || run(pmu, prog, on, period, rx, probed))?;
+            .spawn(move || run(pmu, prog, on, period, rx, shared))?;
         Ok(Self {
             tx: Some(tx),
             probed_ns,
+            on_since,
+            ended,
             handle: Some(handle),
         })
     }
@@ -113,14 +124,17 @@ impl LaunchWindows {
         self.probed_ns.swap(0, Ordering::Relaxed)
     }
 
-    /// Ends the current window's accounting now (the probes are silenced by then).
-    pub fn end_window(&self) {
-        if let Some(tx) = &self.tx {
-            let (done_tx, done_rx) = channel();
-            if tx.send(Cmd::EndWindow(done_tx)).is_ok() {
-                let _ = done_rx.recv_timeout(Duration::from_secs(1));
-            }
-        }
+    /// Ends the accounting now (the probes are silenced by then) and returns the probe-on
+    /// time not yet taken, without waiting for the worker, which may be closing probes.
+    pub fn end(&self) -> u64 {
+        self.ended.store(true, Ordering::SeqCst);
+        let since = self.on_since.load(Ordering::SeqCst);
+        let open = if since > 0 {
+            monotonic_ns().saturating_sub(since)
+        } else {
+            0
+        };
+        self.take_probed_ns() + open
     }
 
     /// Closes the window and waits for the probes to be gone.
@@ -138,17 +152,22 @@ impl Drop for LaunchWindows {
     }
 }
 
+/// What the worker shares with the session.
+struct Shared {
+    probed: Arc<AtomicU64>,
+    /// When the probes were last switched on (or last credited, while on); 0 while off.
+    on_since: Arc<AtomicU64>,
+    /// The recording ended: no more windows, no more credit.
+    ended: Arc<std::sync::atomic::AtomicBool>,
+}
+
 struct Worker {
     pmu: u32,
     prog: OwnedFd,
     rx: Receiver<Cmd>,
-    probed: Arc<AtomicU64>,
+    shared: Shared,
     targets: Vec<(CString, u64)>,
     open: Vec<OwnedFd>,
-    /// When the probes were last switched on (or last accounted, while on).
-    on_since: Option<u64>,
-    /// The recording ended: no more windows, no more credit.
-    ended: bool,
 }
 
 impl Worker {
@@ -160,23 +179,36 @@ impl Worker {
         }
     }
 
+    fn ended(&self) -> bool {
+        self.shared.ended.load(Ordering::SeqCst)
+    }
+
+    fn is_on(&self) -> bool {
+        self.shared.on_since.load(Ordering::SeqCst) != 0
+    }
+
     fn switch_on(&mut self) {
+        if self.ended() {
+            return;
+        }
         for i in 0..self.targets.len() {
             self.open_one(i);
         }
-        self.on_since = Some(monotonic_ns());
+        self.shared.on_since.store(monotonic_ns(), Ordering::SeqCst);
     }
 
     /// Credits the time on so far.
     fn account(&mut self) {
-        if self.ended {
+        if self.ended() {
             return;
         }
-        if let Some(since) = self.on_since {
+        let since = self.shared.on_since.load(Ordering::SeqCst);
+        if since != 0 {
             let now = monotonic_ns();
-            self.probed
-                .fetch_add(now.saturating_sub(since), Ordering::Relaxed);
-            self.on_since = Some(now);
+            self.shared
+                .probed
+                .fetch_add(now.saturating_sub(since), Ordering::SeqCst);
+            self.shared.on_since.store(now, Ordering::SeqCst);
         }
     }
 
@@ -184,7 +216,7 @@ impl Worker {
         // The breakpoints go at the start of each close; the grace period after it costs
         // the job nothing, so the window ends before it.
         self.account();
-        self.on_since = None;
+        self.shared.on_since.store(0, Ordering::SeqCst);
         self.open.clear();
     }
 
@@ -200,15 +232,10 @@ impl Worker {
                     use std::os::unix::ffi::OsStrExt;
                     if let Ok(c) = CString::new(path.as_os_str().as_bytes()) {
                         self.targets.push((c, offset));
-                        if self.on_since.is_some() {
+                        if self.is_on() {
                             self.open_one(self.targets.len() - 1);
                         }
                     }
-                }
-                Ok(Cmd::EndWindow(done)) => {
-                    self.account();
-                    self.ended = true;
-                    let _ = done.send(());
                 }
                 Err(RecvTimeoutError::Disconnected) => return false,
                 Err(RecvTimeoutError::Timeout) => self.account(),
@@ -217,27 +244,18 @@ impl Worker {
     }
 }
 
-fn run(
-    pmu: u32,
-    prog: OwnedFd,
-    on: Duration,
-    period: Duration,
-    rx: Receiver<Cmd>,
-    probed: Arc<AtomicU64>,
-) {
+fn run(pmu: u32, prog: OwnedFd, on: Duration, period: Duration, rx: Receiver<Cmd>, shared: Shared) {
     let mut w = Worker {
         pmu,
         prog,
         rx,
-        probed,
+        shared,
         targets: Vec::new(),
         open: Vec::new(),
-        on_since: None,
-        ended: false,
     };
     let mut cycle = Instant::now();
     loop {
-        if w.ended {
+        if w.ended() {
             // Wait for the session to hang up, then close what is open.
             while w.wait_until(Instant::now() + Duration::from_secs(1)) {}
             break;
@@ -248,7 +266,7 @@ fn run(
         if on >= period {
             // Always on: a window per period would pay a grace period for nothing.
             while w.wait_until(Instant::now() + period) {
-                if w.on_since.is_none() && !w.targets.is_empty() {
+                if !w.is_on() && !w.targets.is_empty() {
                     w.switch_on();
                 }
             }

@@ -145,6 +145,10 @@ pub fn run(args: RecordArgs) -> anyhow::Result<i32> {
             ppid: target::ppid(pid),
             cmdline: target::cmdline(pid).unwrap_or_default(),
         })?;
+        let vars = target::rank_env(pid);
+        if !vars.is_empty() {
+            writer.write(&Record::ProcessEnv { pid, vars })?;
+        }
     }
     for s in &seeds {
         writer.write(&Record::Thread {

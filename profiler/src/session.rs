@@ -102,6 +102,10 @@ impl Session {
                         pids.insert(*pid);
                     }
                     self.files.scan(*pid);
+                    let vars = target::rank_env(*pid);
+                    if !vars.is_empty() {
+                        self.writer.write(&Record::ProcessEnv { pid: *pid, vars })?;
+                    }
                 }
                 _ => {}
             }
@@ -225,8 +229,10 @@ impl Session {
         if let Some(r) = self.probes.finish() {
             self.writer.write(&r)?;
         }
-        self.unprobe = self.probes.release();
+        // The other programs first: removing uprobes holds the kernel's trace-event lock for
+        // a grace period each, which classic tracepoints' detach would queue behind.
         crate::loader::detach_all(&mut self.ebpf);
+        self.unprobe = self.probes.release();
         std::thread::sleep(Duration::from_millis(20));
         self.drain(ring.get_mut())?;
         self.finish(reason)?;

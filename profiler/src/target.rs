@@ -107,6 +107,39 @@ pub fn ppid(pid: u32) -> u32 {
         .unwrap_or(0)
 }
 
+/// Launcher variables that say which rank a process is.
+const RANK_VARS: [&str; 13] = [
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "OMPI_COMM_WORLD_RANK",
+    "OMPI_COMM_WORLD_SIZE",
+    "PMI_RANK",
+    "PMI_SIZE",
+    "SLURM_PROCID",
+    "SLURM_NTASKS",
+    "CUDA_VISIBLE_DEVICES",
+];
+
+/// The rank variables in `pid`'s environment as it was exec'd; empty when there are none.
+pub fn rank_env(pid: u32) -> Vec<(String, String)> {
+    let Ok(raw) = std::fs::read(format!("/proc/{pid}/environ")) else {
+        return Vec::new();
+    };
+    raw.split(|&b| b == 0)
+        .filter_map(|kv| {
+            let kv = std::str::from_utf8(kv).ok()?;
+            let (k, v) = kv.split_once('=')?;
+            RANK_VARS
+                .contains(&k)
+                .then(|| (k.to_string(), v.to_string()))
+        })
+        .collect()
+}
+
 /// The process a thread belongs to (`/proc/TID` resolves any thread's ID).
 pub fn tgid(tid: u32) -> Option<u32> {
     procfs::process::Process::new(tid as i32)

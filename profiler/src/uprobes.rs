@@ -271,11 +271,7 @@ impl CudaProbes {
 
     /// Ends the launch windows and reports the rest.
     pub fn finish(&mut self) -> Option<Record> {
-        let probed_ns = {
-            let w = self.windows.as_mut()?;
-            w.end_window();
-            w.take_probed_ns()
-        };
+        let probed_ns = self.windows.as_ref()?.end();
         let record = self.tick();
         match record {
             Some(Record::Launches {

@@ -13,15 +13,18 @@ use crate::model::Analysis;
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct RankReport {
-    pub rank: u32,
-    pub nranks: u32,
+    /// From `ncclCommInitRank` when the probes saw it, else the process's RANK variable;
+    /// `None` when neither was there (the communicator was made before attach).
+    pub rank: Option<u32>,
+    pub nranks: Option<u32>,
     pub pid: u32,
     /// The recording's host.
     pub host: String,
     /// NVML index of the GPU the rank ran on, if NVML listed it.
     pub gpu: Option<u32>,
     pub nccl_wait_ns: u64,
-    /// `nccl_wait_ns` over the recording's duration.
+    /// GPU idle time labelled `nccl_wait` over the GPU's observed time (without GPU samples:
+    /// time in syncs on collectives over the recording).
     pub nccl_wait_share: f64,
     /// The cause of most of its GPU's idle time other than `nccl_wait`.
     pub own_cause: Option<Cause>,
@@ -29,7 +32,7 @@ pub struct RankReport {
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Straggler {
-    pub rank: u32,
+    pub rank: Option<u32>,
     pub pid: u32,
     pub host: String,
     pub own_cause: Option<Cause>,
@@ -70,27 +73,44 @@ fn own_cause(a: &Analysis, gpu: Option<u32>) -> Option<Cause> {
 pub fn ranks(recordings: &[&Analysis]) -> RankView {
     let mut out = Vec::new();
     for a in recordings {
-        for (&pid, info) in &a.cuda.ranks {
-            let wait: u64 = a
-                .cuda
-                .waits
-                .iter()
-                .filter(|w| w.pid == pid && w.kind == WaitKind::Collective)
-                .map(|w| w.end_ns - w.start_ns)
-                .sum();
+        // Every process that issued collectives is a rank, named or not.
+        let mut pids: std::collections::BTreeSet<u32> = a.cuda.ranks.keys().copied().collect();
+        pids.extend(a.cuda.calls.iter().filter_map(|c| {
+            matches!(c.op, crate::cuda::CudaOp::Collective { .. }).then_some(c.pid)
+        }));
+        for pid in pids {
+            let info = a.cuda.ranks.get(&pid).or(a.cuda.env_ranks.get(&pid));
             let gpu = a
                 .gpus
                 .values()
                 .find(|g| g.info.target_pids.contains(&pid))
                 .map(|g| g.info.index);
+            // On its GPU: the idle time labelled nccl_wait, over the observed time (a sync on
+            // a collective also covers the kernels queued before it, which are not waiting).
+            // Without GPU samples: the time in syncs on collectives, over the recording.
+            let on_gpu = a.attribution.as_ref().and_then(|att| {
+                let g = att.gpus.iter().find(|g| Some(g.gpu) == gpu)?;
+                let ns = g.idle_by_cause.get(&Cause::NcclWait).copied().unwrap_or(0);
+                Some((ns, ns as f64 / g.observed_ns.max(1) as f64))
+            });
+            let (wait, share) = on_gpu.unwrap_or_else(|| {
+                let ns: u64 = a
+                    .cuda
+                    .waits
+                    .iter()
+                    .filter(|w| w.pid == pid && w.kind == WaitKind::Collective)
+                    .map(|w| w.end_ns - w.start_ns)
+                    .sum();
+                (ns, ns as f64 / a.duration_ns.max(1) as f64)
+            });
             out.push(RankReport {
-                rank: info.rank,
-                nranks: info.nranks,
+                rank: info.map(|i| i.rank),
+                nranks: info.map(|i| i.nranks).filter(|&n| n > 0),
                 pid,
                 host: host_of(a),
                 gpu,
                 nccl_wait_ns: wait,
-                nccl_wait_share: wait as f64 / a.duration_ns.max(1) as f64,
+                nccl_wait_share: share,
                 own_cause: own_cause(a, gpu),
             });
         }
@@ -124,19 +144,21 @@ fn straggler(ranks: &[RankReport]) -> Option<Straggler> {
         return None;
     }
     let mean_wait = others.iter().map(|r| r.nccl_wait_share).sum::<f64>() / others.len() as f64;
+    let host = if least.host.is_empty() {
+        String::new()
+    } else {
+        format!(" on {}", least.host)
+    };
+    let who = match least.rank {
+        Some(r) => format!("rank {r} (PID {}{host})", least.pid),
+        None => format!("the rank in PID {}{host}", least.pid),
+    };
     let text = format!(
-        "rank {} (PID {}{}) is the straggler: the other ranks waited {:.0}% of the time in NCCL collectives, it waited {:.0}%{}",
-        least.rank,
-        least.pid,
-        if least.host.is_empty() {
-            String::new()
-        } else {
-            format!(" on {}", least.host)
-        },
+        "{who} is the straggler: the other ranks' GPUs idled {:.0}% of the time waiting for it in NCCL collectives, its own {:.0}%{}",
         mean_wait * 100.0,
         least.nccl_wait_share * 100.0,
         match least.own_cause {
-            Some(c) => format!("; its own GPU idled mostly because of {}", c.name()),
+            Some(c) => format!("; its GPU idled mostly because of {}", c.name()),
             None => String::new(),
         }
     );
@@ -155,8 +177,8 @@ mod tests {
 
     fn rank(rank: u32, share: f64, cause: Option<Cause>) -> RankReport {
         RankReport {
-            rank,
-            nranks: 3,
+            rank: Some(rank),
+            nranks: Some(3),
             pid: 100 + rank,
             host: "h".into(),
             gpu: Some(rank),
@@ -174,7 +196,7 @@ mod tests {
             rank(2, 0.35, None),
         ])
         .unwrap();
-        assert_eq!((s.rank, s.own_cause), (1, Some(Cause::Disk)));
+        assert_eq!((s.rank, s.own_cause), (Some(1), Some(Cause::Disk)));
         assert!(s.text.contains("disk"), "{}", s.text);
     }
 

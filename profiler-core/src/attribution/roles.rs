@@ -79,9 +79,17 @@ impl Roles {
             .filter(|t| !gpu_pids.contains(&t.pid) && descends(t.pid))
             .map(|t| t.tid)
             .collect();
+        // With one GPU job, workers that are not its descendants (attached by PID on their
+        // own) are still its workers; with several (ranks), another rank's are not.
+        let several = a
+            .gpus
+            .values()
+            .filter(|g| g.info.target_pids.iter().any(|p| a.threads.contains_key(p)))
+            .count()
+            > 1;
         Self {
             feeders: own,
-            workers: if workers.is_empty() {
+            workers: if workers.is_empty() && !several {
                 all.workers
             } else {
                 workers

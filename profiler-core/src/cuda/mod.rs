@@ -10,7 +10,7 @@ mod view;
 
 pub use view::{
     CudaView, HostWait, LaunchStats, ProbedLibrary, RankInfo, WaitIndex, WaitKind, WaitTotals,
-    build,
+    build, rank_from_env,
 };
 mod summary;
 

@@ -4,10 +4,10 @@
 //! A sync waits for everything queued on its stream (or, for context and event syncs,
 //! every stream of the process, since the probes do not see which stream an event was
 //! recorded on) since the previous sync that covered that stream. A sync with an NCCL
-//! collective outstanding waits for the slowest rank; one with a pinned copy outstanding
-//! waits for the copy engine; otherwise it waits for kernels. Copies from pageable memory
-//! stage through a bounce buffer inside the call, so their wait is the call itself, as is
-//! a synchronous copy's.
+//! collective outstanding waits for the slowest rank; one with a copy outstanding waits for
+//! the copy engine (as well as for kernels queued behind it); otherwise it waits for kernels.
+//! Copies from pageable memory stage through a bounce buffer inside the call, so the call is
+//! a wait too, as is a synchronous copy.
 use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
@@ -76,8 +76,10 @@ pub struct CudaView {
     pub calls: Vec<CudaCall>,
     /// Sorted by start.
     pub waits: Vec<HostWait>,
-    /// By PID.
+    /// By PID, from `ncclCommInitRank`.
     pub ranks: BTreeMap<u32, RankInfo>,
+    /// By PID, from the launcher's environment variables (`comm_id` 0).
+    pub env_ranks: BTreeMap<u32, RankInfo>,
     /// By PID.
     pub launches: BTreeMap<u32, LaunchStats>,
     /// Time the launch probes were on.
@@ -121,6 +123,33 @@ enum Queued {
     Collective,
 }
 
+/// A rank from launcher variables: torchrun's RANK/WORLD_SIZE, Open MPI's, PMI's or Slurm's.
+pub fn rank_from_env(vars: &[(String, String)]) -> Option<RankInfo> {
+    let get = |names: &[&str]| {
+        names.iter().find_map(|n| {
+            vars.iter()
+                .find(|(k, _)| k == n)
+                .and_then(|(_, v)| v.parse::<u32>().ok())
+        })
+    };
+    Some(RankInfo {
+        rank: get(&["RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"])?,
+        nranks: get(&[
+            "WORLD_SIZE",
+            "OMPI_COMM_WORLD_SIZE",
+            "PMI_SIZE",
+            "SLURM_NTASKS",
+        ])
+        .unwrap_or(0),
+        comm_id: 0,
+    })
+}
+
+/// An asynchronous copy call this short did not stage its bytes through a bounce buffer...
+const NO_STAGING_NS: u64 = 200_000;
+/// ...when it moved at least this much (staging a small copy is quick too).
+const NO_STAGING_MIN_BYTES: u64 = 4 << 20;
+
 /// Builds the view from the probed calls, in any order.
 pub fn build(
     mut calls: Vec<CudaCall>,
@@ -134,6 +163,10 @@ pub fn build(
     let mut waits = Vec::new();
     let mut ranks = BTreeMap::new();
     let mut copy_bytes: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
+    let mut known_streams: std::collections::HashSet<(u32, u64)> = Default::default();
+    let mut known_pids: std::collections::HashSet<u32> = Default::default();
+    let mut provisional: Vec<(usize, (u32, Option<u64>))> = Vec::new();
+    let mut sync_keys: Vec<(usize, (u32, Option<u64>), bool)> = Vec::new();
     for (i, c) in calls.iter().enumerate() {
         let wait = |kind, bytes| HostWait {
             tid: c.tid,
@@ -160,7 +193,7 @@ pub fn build(
                 asynchronous,
             } => {
                 let p = pinned.entry(c.pid).or_default();
-                let is_pinned = match dir {
+                let known = match dir {
                     CopyDir::HostToDevice => p.contains(src),
                     CopyDir::DeviceToHost => p.contains(dst),
                     CopyDir::HostToHost => p.contains(src) && p.contains(dst),
@@ -168,27 +201,39 @@ pub fn build(
                     // copies never stage.
                     CopyDir::Unknown | CopyDir::DeviceToDevice => true,
                 };
+                // Memory pinned before the probes were attached (a caching host allocator
+                // fills its pool at start-up) is not in the map; an asynchronous copy that
+                // returned without staging its bytes was from pinned memory all the same.
+                let is_pinned = known
+                    || (asynchronous
+                        && c.end_ns.saturating_sub(c.start_ns) <= NO_STAGING_NS
+                        && bytes >= NO_STAGING_MIN_BYTES);
                 let e = copy_bytes.entry(c.pid).or_default();
                 if is_pinned {
                     e.0 += bytes;
                 } else {
                     e.1 += bytes;
                 }
-                if asynchronous && is_pinned {
+                let kind = if is_pinned {
+                    WaitKind::PinnedCopy
+                } else {
+                    WaitKind::PageableCopy
+                };
+                // The call's own time: staging for pageable memory, the whole copy when
+                // synchronous. An asynchronous copy's DMA may still run after the call
+                // returns (after staging, for pageable memory), so the next sync on its
+                // stream waits for it too.
+                if !asynchronous || !is_pinned {
+                    waits.push(wait(kind, bytes));
+                }
+                if asynchronous {
                     queued
                         .entry((c.pid, stream))
                         .or_default()
                         .push(Queued::Copy {
-                            pinned: true,
+                            pinned: is_pinned,
                             bytes,
                         });
-                } else {
-                    let kind = if is_pinned {
-                        WaitKind::PinnedCopy
-                    } else {
-                        WaitKind::PageableCopy
-                    };
-                    waits.push(wait(kind, bytes));
                 }
             }
             CudaOp::Collective { stream, .. } => {
@@ -211,6 +256,21 @@ pub fn build(
             }
             CudaOp::Sync { scope, handle } => {
                 let mut outstanding = Vec::new();
+                // Work queued before the probes came is invisible: the first sync on a
+                // stream (or, for context and event syncs, the process's first call) takes
+                // the class of the next sync on it, as training steps repeat.
+                let key = match scope {
+                    SyncScope::Stream => (c.pid, Some(handle)),
+                    SyncScope::Event | SyncScope::Context => (c.pid, None),
+                };
+                let blind = match key.1 {
+                    Some(stream) => !known_streams.contains(&(c.pid, stream)),
+                    None => !known_pids.contains(&c.pid),
+                };
+                if blind {
+                    provisional.push((waits.len(), key));
+                }
+                sync_keys.push((waits.len(), key, blind));
                 match scope {
                     SyncScope::Stream => {
                         if let Some(q) = queued.remove(&(c.pid, handle)) {
@@ -245,8 +305,27 @@ pub fn build(
                     })
                     .sum();
                 waits.push(wait(kind, bytes));
+                if let Some(stream) = key.1 {
+                    known_streams.insert((c.pid, stream));
+                }
             }
             _ => {}
+        }
+        known_pids.insert(c.pid);
+        match c.op {
+            CudaOp::Copy { stream, .. } | CudaOp::Collective { stream, .. } => {
+                known_streams.insert((c.pid, stream));
+            }
+            _ => {}
+        }
+    }
+    for (i, key) in provisional {
+        let next = sync_keys
+            .iter()
+            .find(|(j, k, blind)| *j > i && *k == key && !blind)
+            .map(|(j, _, _)| waits[*j].kind);
+        if let Some(kind) = next {
+            waits[i].kind = kind;
         }
     }
     waits.sort_by_key(|w| (w.start_ns, w.tid));
@@ -266,6 +345,7 @@ pub fn build(
         calls,
         waits,
         ranks,
+        env_ranks: BTreeMap::new(),
         launches,
         launch_probed_ns,
         copy_bytes,
@@ -424,6 +504,20 @@ mod tests {
             sync(114, 200),
             call(210, 211, CudaOp::Unpin { addr: 0x1000 }),
             h2d(220, 240, 0x1800, true),
+            // Unknown memory, but 8 MiB queued in 20 µs: pinned before the probes came.
+            call(
+                300,
+                20_300,
+                CudaOp::Copy {
+                    dir: CopyDir::HostToDevice,
+                    dst: 0xd000,
+                    src: 0x5_0000,
+                    bytes: 8 << 20,
+                    stream: 1,
+                    asynchronous: true,
+                },
+            ),
+            sync(20_400, 30_000),
         ];
         let v = build(calls, Vec::new(), &BTreeMap::new(), 0);
         assert_eq!(
@@ -432,12 +526,42 @@ mod tests {
                 (12, WaitKind::PinnedCopy, 100),
                 (60, WaitKind::Kernel, 0),
                 (80, WaitKind::PageableCopy, 100),
-                (96, WaitKind::Kernel, 0),
+                (96, WaitKind::PageableCopy, 100),
                 (114, WaitKind::Collective, 100),
                 (220, WaitKind::PageableCopy, 100),
+                (20_400, WaitKind::PinnedCopy, (8 << 20) + 100),
             ]
         );
-        assert_eq!(v.copy_bytes[&7], (200, 200));
+        assert_eq!(v.copy_bytes[&7], (200 + (8 << 20), 200));
+    }
+
+    #[test]
+    fn the_first_sync_after_attach_is_classed_like_the_next() {
+        let coll = |t| {
+            call(
+                t,
+                t + 1,
+                CudaOp::Collective {
+                    op: Collective::AllReduce,
+                    bytes: 4,
+                    comm: 1,
+                    stream: 1,
+                    peer: None,
+                },
+            )
+        };
+        // The first step's all-reduce was queued before attach.
+        let v = build(
+            vec![sync(0, 50), coll(60), sync(61, 100), sync(110, 120)],
+            Vec::new(),
+            &BTreeMap::new(),
+            0,
+        );
+        let k: Vec<WaitKind> = v.waits.iter().map(|w| w.kind).collect();
+        assert_eq!(
+            k,
+            [WaitKind::Collective, WaitKind::Collective, WaitKind::Kernel]
+        );
     }
 
     #[test]
@@ -482,6 +606,21 @@ mod tests {
             WaitIndex::new(&v.waits).totals(50, 150, |t| t != 7).total(),
             0.0
         );
+    }
+
+    #[test]
+    fn ranks_come_from_launcher_variables() {
+        let v = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+            pairs
+                .iter()
+                .map(|(k, x)| (k.to_string(), x.to_string()))
+                .collect()
+        };
+        let r = rank_from_env(&v(&[("WORLD_SIZE", "8"), ("RANK", "3")])).unwrap();
+        assert_eq!((r.rank, r.nranks), (3, 8));
+        let r = rank_from_env(&v(&[("SLURM_PROCID", "5")])).unwrap();
+        assert_eq!((r.rank, r.nranks), (5, 0));
+        assert!(rank_from_env(&v(&[("LOCAL_RANK", "1"), ("RANK", "x")])).is_none());
     }
 
     #[test]
