@@ -161,7 +161,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<i32> {
     let pids = std::sync::Arc::new(std::sync::Mutex::new(tree));
     let gpu = (!args.no_gpu)
         .then(|| gpu::GpuSampler::start(args.nvml_lib.clone(), pids.clone(), start_ns));
-    let duty = crate::uprobes::LaunchDuty::from_percent(args.launch_duty, args.tick);
+    let duty = crate::uprobes::LaunchDuty::from_percent(args.launch_duty);
     let probes = crate::uprobes::CudaProbes::new(&mut ebpf, duty, !args.no_cuda_probes);
     let mut session = session::Session::new(ebpf, threads, writer, pids, gpu, probes);
     eprintln!(

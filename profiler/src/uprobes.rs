@@ -41,9 +41,9 @@ pub struct LaunchDuty {
 }
 
 impl LaunchDuty {
-    /// Percent of the time on; 100 keeps them attached, 0 never attaches them.
-    pub fn from_percent(pct: u32, tick: Duration) -> Self {
-        let period = tick * 10;
+    /// Percent of each second the probes are on; 100 keeps them attached, 0 never attaches.
+    pub fn from_percent(pct: u32) -> Self {
+        let period = Duration::from_secs(1);
         Self {
             on: period * pct.min(100) / 100,
             period,

@@ -36,7 +36,7 @@ pub struct BenchArgs {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "w1,w1u,w2,w3"
+        default_value = "w1,w1u,w2,w3,w4"
     )]
     pub workloads: Vec<Workload>,
     /// Tracers to compare (comma-separated); the untraced baseline always runs.
@@ -44,7 +44,7 @@ pub struct BenchArgs {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "stallscope,bpftrace,runqlat,offcputime"
+        default_value = "stallscope,stallscope-every-launch,bpftrace,runqlat,offcputime"
     )]
     pub tracers: Vec<Tracer>,
     /// CPU that pingpong is pinned to [default: the last CPU], leaving the others to the
@@ -95,7 +95,9 @@ fn overhead(args: BenchArgs) -> anyhow::Result<()> {
     let stallwork = release_bin("stallwork");
     let stallgen = release_bin("stallgen");
     let stallscope = release_bin("stallscope");
-    if args.workloads.contains(&Workload::W3) && !crate::real_gpu() {
+    if (args.workloads.contains(&Workload::W3) || args.workloads.contains(&Workload::W4))
+        && !crate::real_gpu()
+    {
         // W3 trains on the simulated GPU: stallgen finds its libcuda.so.1 through the loader
         // path and stallscope its libnvidia-ml.so.1 through STALLSCOPE_NVML_LIB; both share
         // one device state file. Children inherit these.
@@ -139,7 +141,12 @@ fn overhead(args: BenchArgs) -> anyhow::Result<()> {
         settle: Duration::from_secs(if args.quick { 2 } else { 10 }),
         budget: Duration::from_secs(budget_min * 60),
     };
-    let runs = cfg.reps as usize * cfg.workloads.len() * cfg.tracers.len();
+    let runs = cfg.reps as usize
+        * cfg
+            .workloads
+            .iter()
+            .map(|w| cfg.tracers.iter().filter(|t| w.runs_with(**t)).count())
+            .sum::<usize>();
     eprintln!(
         "bench: {runs} runs of {} s on {cpus} CPUs (pingpong on CPU {}); {} to {} min",
         cfg.secs,

@@ -25,6 +25,9 @@ pub enum Workload {
     /// stallgen's healthy training loop on the simulated GPU (or a real one), traced as the
     /// target: training steps per second.
     W3,
+    /// stallgen's launch-bound loop (one feeder thread launching tiny kernels back to back),
+    /// traced as the target with the CUDA probes on: kernel launches per second.
+    W4,
 }
 
 impl Workload {
@@ -34,6 +37,7 @@ impl Workload {
             Self::W1u => "W1u pingpong (not the target)",
             Self::W2 => "W2 mix (target)",
             Self::W3 => "W3 stallgen training (target)",
+            Self::W4 => "W4 stallgen launch-bound (target)",
         }
     }
 
@@ -42,6 +46,17 @@ impl Workload {
             Self::W1 | Self::W1u => "rounds/s",
             Self::W2 => "ops/s",
             Self::W3 => "steps/s",
+            Self::W4 => "launches/s",
+        }
+    }
+
+    /// Whether `t` runs on this workload: the launch-probe variant only where launches are
+    /// the load, and the scheduler peers not there, where they would measure nothing new.
+    pub fn runs_with(self, t: Tracer) -> bool {
+        match (self, t) {
+            (Self::W4, Tracer::None | Tracer::Stallscope | Tracer::StallscopeEveryLaunch) => true,
+            (Self::W4, _) | (_, Tracer::StallscopeEveryLaunch) => false,
+            _ => true,
         }
     }
 }
@@ -75,7 +90,9 @@ impl Config {
     /// The peer's binary, or why it is not there.
     pub fn tracer_bin(&self, t: Tracer) -> Result<&Path, &str> {
         let peer = match t {
-            Tracer::None | Tracer::Stallscope => return Ok(&self.stallscope),
+            Tracer::None | Tracer::Stallscope | Tracer::StallscopeEveryLaunch => {
+                return Ok(&self.stallscope);
+            }
             Tracer::Bpftrace => &self.peers.bpftrace,
             Tracer::Runqlat => &self.peers.runqlat,
             Tracer::Offcputime => &self.peers.offcputime,
@@ -101,7 +118,12 @@ pub struct Sample {
 
 pub fn run_all(cfg: &Config) -> anyhow::Result<Vec<RunRecord>> {
     std::fs::create_dir_all(&cfg.dir)?;
-    let total = cfg.reps as usize * cfg.workloads.len() * cfg.tracers.len();
+    let total = cfg.reps as usize
+        * cfg
+            .workloads
+            .iter()
+            .map(|w| cfg.tracers.iter().filter(|t| w.runs_with(**t)).count())
+            .sum::<usize>();
     let mut records: Vec<RunRecord> = Vec::with_capacity(total);
     let started = Instant::now();
     for rep in 0..cfg.reps {
@@ -111,7 +133,7 @@ pub fn run_all(cfg: &Config) -> anyhow::Result<Vec<RunRecord>> {
             let shift = rep as usize % order.len();
             order.rotate_left(shift);
             for tracer in order {
-                if cfg.tracer_bin(tracer).is_err() {
+                if cfg.tracer_bin(tracer).is_err() || !workload.runs_with(tracer) {
                     continue;
                 }
                 let left = total - records.len();
@@ -229,6 +251,7 @@ fn run_one(cfg: &Config, w: Workload, t: Tracer, rep: u32) -> Result<Sample, Str
         Workload::W1 | Workload::W1u => vec!["pingpong".into()],
         Workload::W2 => vec!["mix".into()],
         Workload::W3 => vec!["--scenario".into(), "healthy".into()],
+        Workload::W4 => vec!["--scenario".into(), "launch-bound".into()],
     };
     work_args.extend(["--secs".into(), cfg.secs.to_string()]);
     if matches!(w, Workload::W1 | Workload::W1u) {
@@ -238,8 +261,8 @@ fn run_one(cfg: &Config, w: Workload, t: Tracer, rep: u32) -> Result<Sample, Str
     let _ = std::fs::remove_dir_all(&run_dir);
     std::fs::create_dir_all(&run_dir).map_err(|e| format!("{}: {e}", run_dir.display()))?;
     let result = match w {
-        Workload::W1 | Workload::W2 | Workload::W3 => {
-            let program = if w == Workload::W3 {
+        Workload::W1 | Workload::W2 | Workload::W3 | Workload::W4 => {
+            let program = if matches!(w, Workload::W3 | Workload::W4) {
                 &cfg.stallgen
             } else {
                 &cfg.stallwork
@@ -330,7 +353,8 @@ pub fn parse_totals(line: &str) -> Option<f64> {
     let mut secs = None;
     for kv in line.split_whitespace() {
         match kv.split_once('=')? {
-            ("rounds" | "ops" | "steps", v) => count = v.parse::<f64>().ok(),
+            // launch-bound prints `steps=` then `launches=`: launches are its throughput.
+            ("rounds" | "ops" | "steps" | "launches", v) => count = v.parse::<f64>().ok(),
             ("secs", v) => secs = v.parse::<f64>().ok(),
             _ => {}
         }
@@ -350,5 +374,9 @@ mod tests {
         assert_eq!(parse_totals("ops=30 secs=0"), None);
         assert_eq!(parse_totals("rounds=12"), None);
         assert_eq!(parse_totals("ready pid=7"), None);
+        assert_eq!(
+            parse_totals("steps=10 secs=2.0 steps_per_sec=5 launches=40000 launches_per_sec=20000"),
+            Some(20000.0)
+        );
     }
 }

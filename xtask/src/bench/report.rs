@@ -297,7 +297,7 @@ fn targets(cfg: &Config, records: &[RunRecord]) {
             fmt(p)
         );
     }
-    for w in [Workload::W1u, Workload::W2, Workload::W3] {
+    for w in [Workload::W1u, Workload::W2, Workload::W3, Workload::W4] {
         let r = ratio(w, Tracer::Stallscope);
         println!(
             "- {} {w:?} stallscope ratio ≥ 0.97: {}",
@@ -305,9 +305,23 @@ fn targets(cfg: &Config, records: &[RunRecord]) {
             fmt(r)
         );
     }
+    // Launch probes: the windowed default against probes on every launch. The feeder is
+    // one thread that does nothing but launch, so the time a probe adds to each launch is
+    // the difference of the inverse rates.
+    let every = ratio(Workload::W4, Tracer::StallscopeEveryLaunch);
+    let rate = |t: Tracer| summarise(records, Workload::W4, t).throughput;
+    if let (Some(base), Some(all)) = (rate(Tracer::None), rate(Tracer::StallscopeEveryLaunch)) {
+        println!(
+            "- W4 launch probes on every launch (`--launch-duty 100`): ratio {}, about {:.2} µs \
+             per probed launch; the default (1% duty) ratio: {}",
+            fmt(every),
+            (1.0 / all - 1.0 / base) * 1e6,
+            fmt(ratio(Workload::W4, Tracer::Stallscope))
+        );
+    }
     let scope: Vec<_> = records
         .iter()
-        .filter(|r| r.tracer == Tracer::Stallscope)
+        .filter(|r| matches!(r.tracer, Tracer::Stallscope | Tracer::StallscopeEveryLaunch))
         .filter_map(|r| r.result.as_ref().ok()?.cost.as_ref())
         .collect();
     let rss = scope

@@ -16,6 +16,9 @@ pub enum Tracer {
     /// No tracer: the baseline.
     None,
     Stallscope,
+    /// stallscope with the kernel-launch probes always on (`--launch-duty 100`): what the
+    /// launch windows save.
+    StallscopeEveryLaunch,
     Bpftrace,
     Runqlat,
     Offcputime,
@@ -26,6 +29,7 @@ impl Tracer {
         match self {
             Self::None => "none (baseline)",
             Self::Stallscope => "stallscope",
+            Self::StallscopeEveryLaunch => "stallscope --launch-duty 100",
             Self::Bpftrace => "bpftrace",
             Self::Runqlat => "runqlat",
             Self::Offcputime => "offcputime",
@@ -79,8 +83,13 @@ pub fn attach(cfg: &Config, t: Tracer, pid: u32, dir: &Path) -> Result<Option<At
     // whose stdout is block-buffered into a pipe) BPF link fds appearing in /proc.
     let marker = match t {
         Tracer::None => return Ok(None),
-        Tracer::Stallscope => {
-            cmd.args(["record", "--pid", &pid_s, "--json", "-d"])
+        Tracer::Stallscope | Tracer::StallscopeEveryLaunch => {
+            if t == Tracer::StallscopeEveryLaunch {
+                cmd.args(["record", "--launch-duty", "100"]);
+            } else {
+                cmd.arg("record");
+            }
+            cmd.args(["--pid", &pid_s, "--json", "-d"])
                 .arg(format!("{}s", cfg.secs + 5))
                 .arg("-o")
                 .arg(dir.join("bench.rec"))
@@ -161,7 +170,7 @@ pub fn detach(a: Attached, grace: Duration) -> Cost {
     if !exit.success() && !interrupted {
         note = Some(format!("ended with {}: {}", exit.describe(), tail(&err)));
     }
-    let scope = if a.tracer == Tracer::Stallscope {
+    let scope = if matches!(a.tracer, Tracer::Stallscope | Tracer::StallscopeEveryLaunch) {
         let s = scope_stats(&out);
         if s.is_none() {
             note.get_or_insert_with(|| format!("no JSON report: {}", tail(&err)));
