@@ -104,5 +104,91 @@ sys.exit(not sum(c=='dataloader_cpu' for c in slow) >= 6)" "$OUT/torch.json"
 else
   say "skip pytorch: torch with CUDA is not installed"
 fi
+# 4. What real jobs reach, for the CUDA and NCCL probes.
+if python3 -c 'import torch, sys; sys.exit(not torch.cuda.is_available())' 2>/dev/null; then
+  # a. Which launch entry points a real PyTorch loop hits: probes on every launch, counted
+  #    per entry point (libcuda cuLaunchKernel vs _ptsz vs cudart cudaLaunchKernel).
+  cat > "$OUT/torch_launch.py" <<'PY'
+import time, torch
+x = torch.randn(1024, 1024, device="cuda")
+print("ready", flush=True)
+t = time.time()
+while time.time() - t < 8:
+    for _ in range(100): x = torch.relu(x * 0.5 + 0.1)
+    torch.cuda.synchronize()
+PY
+  python3 "$OUT/torch_launch.py" > "$OUT/torch_launch.out" 2>&1 &
+  for _ in $(seq 300); do grep -q ready "$OUT/torch_launch.out" && break; sleep 0.2; done
+  "$BIN/stallscope" record --pid $! -d 5s --launch-duty 100 --json -o "$OUT/launch.rec" > "$OUT/launch.json" 2> "$OUT/launch.log"
+  wait
+  say "launch entry points hit (per API, probes always on): $(python3 -c "
+import json,sys
+d=json.load(open(sys.argv[1])); out={}
+for p in d['cuda']['processes']:
+    for api,n in (p.get('launches_by_api') or {}).items(): out[api]=out.get(api,0)+n
+print(out or 'none')" "$OUT/launch.json")"
+  say "libraries probed: $(python3 -c "
+import json,sys
+d=json.load(open(sys.argv[1]))
+print('; '.join(f\"{l['library']} {l['path']} ({l['attached']} probes, missing {[m[0] for m in l['missing']]})\" for l in d['cuda']['libraries']))" "$OUT/launch.json")"
+
+  # b. A pageable and a pinned host-to-device copy, timed by PyTorch and classed by the probes.
+  cat > "$OUT/torch_copy.py" <<'PY'
+import time, torch
+pageable = torch.empty(256 << 20, dtype=torch.uint8)
+pinned = torch.empty(256 << 20, dtype=torch.uint8).pin_memory()
+dev = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+print("ready", flush=True)
+time.sleep(1)
+for name, src in (("pageable", pageable), ("pinned", pinned)):
+    torch.cuda.synchronize(); t = time.time()
+    for _ in range(10): dev.copy_(src, non_blocking=True)
+    torch.cuda.synchronize()
+    print(f"{name}: {10 * 256 / 1024 / (time.time() - t):.1f} GB/s", flush=True)
+time.sleep(1)
+PY
+  python3 "$OUT/torch_copy.py" > "$OUT/torch_copy.out" 2>&1 &
+  for _ in $(seq 300); do grep -q ready "$OUT/torch_copy.out" && break; sleep 0.2; done
+  "$BIN/stallscope" record --pid $! -d 6s --json -o "$OUT/copy.rec" > "$OUT/copy.json" 2> "$OUT/copy.log"
+  wait
+  say "copies timed by PyTorch: $(grep GB/s "$OUT/torch_copy.out" | tr '\n' ' ')"
+  check "copies classed pinned and pageable by the probes" python3 -c "
+import json,sys
+d=json.load(open(sys.argv[1])); p=[x for x in d['cuda']['processes'] if x['pinned_copy_bytes'] or x['pageable_copy_bytes']]
+print('  pinned', sum(x['pinned_copy_bytes'] for x in p) >> 20, 'MiB, pageable', sum(x['pageable_copy_bytes'] for x in p) >> 20, 'MiB')
+sys.exit(not p or not all(x['pinned_copy_bytes'] >= (1 << 30) and x['pageable_copy_bytes'] >= (1 << 30) for x in p))" "$OUT/copy.json"
+
+  # c. Two-process NCCL all-reduce with one slow rank (needs two GPUs: NCCL refuses two ranks
+  #    on one device).
+  gpus=$(python3 -c 'import torch; print(torch.cuda.device_count())')
+  if [ "$gpus" -ge 2 ] && python3 -c 'import torch.distributed as d, sys; sys.exit(not d.is_nccl_available())'; then
+    cat > "$OUT/torch_nccl.py" <<'PY'
+import os, sys, time, torch, torch.distributed as dist
+rank = int(sys.argv[1]); os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29533", RANK=str(rank), WORLD_SIZE="2")
+torch.cuda.set_device(rank); dist.init_process_group("nccl", rank=rank, world_size=2)
+x = torch.randn(8 << 20, device="cuda")
+print("ready", flush=True)
+t = time.time()
+while time.time() - t < 12:
+    if rank == 1: time.sleep(0.05)          # the straggler: host work before each step
+    for _ in range(5): y = x * 2
+    dist.all_reduce(x); torch.cuda.synchronize()
+dist.destroy_process_group()
+PY
+    for r in 0 1; do RANK=$r WORLD_SIZE=2 python3 "$OUT/torch_nccl.py" $r > "$OUT/nccl$r.out" 2>&1 & done
+    for _ in $(seq 300); do grep -q ready "$OUT/nccl0.out" && grep -q ready "$OUT/nccl1.out" && break; sleep 0.2; done
+    pids=$(pgrep -f "$OUT/torch_nccl.py" | sed 's/^/--pid /' | tr '\n' ' ')
+    "$BIN/stallscope" record $pids -d 8s --json -o "$OUT/nccl.rec" > "$OUT/nccl.json" 2> "$OUT/nccl.log"
+    wait
+    check "nccl: the slow rank (1) is named the straggler" python3 -c "
+import json,sys
+d=json.load(open(sys.argv[1])); print('  ', d['ranks'].get('straggler', {}).get('text', d['ranks']))
+sys.exit(d['ranks'].get('straggler', {}).get('rank') != 1)" "$OUT/nccl.json"
+  else
+    say "skip nccl: needs two GPUs and torch with NCCL ($gpus GPU(s) here)"
+  fi
+else
+  say "skip CUDA probe checks: torch with CUDA is not installed"
+fi
 say "logs in $OUT"
 exit $fail

@@ -93,6 +93,7 @@ pub struct Analyzer {
     cuda_calls: Vec<crate::record::CudaCall>,
     cuda_libraries: Vec<crate::cuda::ProbedLibrary>,
     launches: BTreeMap<u32, u64>,
+    launches_by_api: BTreeMap<u32, BTreeMap<String, u64>>,
     launch_probed_ns: u64,
     env_ranks: BTreeMap<u32, crate::cuda::RankInfo>,
 }
@@ -330,6 +331,12 @@ impl Analyzer {
                 self.launch_probed_ns += probed_ns;
                 for c in counts {
                     *self.launches.entry(c.pid).or_default() += c.launches;
+                    *self
+                        .launches_by_api
+                        .entry(c.pid)
+                        .or_default()
+                        .entry(c.api)
+                        .or_default() += c.launches;
                 }
             }
             Record::GpuProcessUtil {
@@ -413,6 +420,7 @@ impl Analyzer {
             cuda_processes: self.cuda_processes,
             cuda: crate::cuda::CudaView {
                 env_ranks: self.env_ranks,
+                launches_by_api: self.launches_by_api,
                 ..crate::cuda::build(
                     self.cuda_calls,
                     self.cuda_libraries,

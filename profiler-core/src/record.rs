@@ -218,11 +218,13 @@ pub struct CudaCall {
     pub caller: String,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LaunchCount {
     pub tid: u32,
     pub pid: u32,
     pub launches: u64,
+    /// The entry point: `cuLaunchKernel`, its `_ptsz` form, `cudaLaunchKernel`, ...
+    pub api: String,
 }
 
 /// A GPU as NVML describes it.

@@ -120,18 +120,19 @@ pub fn cuda_exit(ctx: RetProbeContext) -> u32 {
     0
 }
 
-/// Kernel launches: a per-thread count, read by user space on every tick.
+/// Kernel launches: a count per thread and entry point, read by user space on every tick.
 #[uprobe]
-pub fn cuda_launch(_ctx: ProbeContext) -> u32 {
+pub fn cuda_launch(ctx: ProbeContext) -> u32 {
     let tid = bpf_get_current_pid_tgid() as u32;
     if stopped() || THREADS.get_ptr(tid).is_none() {
         return 0;
     }
-    match LAUNCHES.get_ptr_mut(tid) {
-        // SAFETY: only this thread's launches, on the CPU it runs on, write its entry.
+    let key = (u64::from(tid) << 32) | (attach_cookie(&ctx) & 0xffff_ffff);
+    match LAUNCHES.get_ptr_mut(&key) {
+        // SAFETY: only this thread's launches, on the CPU it runs on, write its entries.
         Some(n) => unsafe { *n += 1 },
         None => {
-            let _ = LAUNCHES.insert(tid, 1, 0);
+            let _ = LAUNCHES.insert(&key, &1, 0);
         }
     }
     0

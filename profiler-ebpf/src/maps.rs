@@ -35,9 +35,10 @@ pub static INFLIGHT_IO: LruHashMap<IoKey, IoStart> = LruHashMap::with_max_entrie
 #[map]
 pub static CUDA_INFLIGHT: LruHashMap<u32, CallEntry> = LruHashMap::with_max_entries(16384, 0);
 
-/// Kernel launches per tracked thread since it was first counted.
+/// Kernel launches per tracked thread and entry point (key: TID << 32 | the probe's cookie,
+/// an index into user space's API table) since first counted.
 #[map]
-pub static LAUNCHES: LruHashMap<u32, u64> = LruHashMap::with_max_entries(16384, 0);
+pub static LAUNCHES: LruHashMap<u64, u64> = LruHashMap::with_max_entries(16384, 0);
 
 /// Index 0: non-zero once user space is ending the recording. Removing uprobes takes a grace
 /// period each, so they are removed after the recording is complete; until then this keeps

@@ -3,8 +3,8 @@
 //! milliseconds on this kernel), which must not stall the session's tick.
 //!
 //! The perf events are opened here rather than through aya's attach, so that they can be
-//! closed from this thread: a uprobe perf event with the loaded program's fd attached
-//! (`PERF_EVENT_IOC_SET_BPF`), as aya itself does on kernels without BPF links.
+//! closed from this thread: a uprobe perf event and a BPF link of the loaded program to it,
+//! with the entry point's index as the link's cookie, as aya itself attaches.
 use std::{
     ffi::CString,
     os::fd::{AsRawFd, FromRawFd, OwnedFd},
@@ -21,7 +21,8 @@ use std::{
 use crate::session::monotonic_ns;
 
 const PERF_EVENT_IOC_ENABLE: libc::c_ulong = 0x2400;
-const PERF_EVENT_IOC_SET_BPF: libc::c_ulong = 0x4004_2408;
+const BPF_LINK_CREATE: libc::c_long = 28;
+const BPF_PERF_EVENT: u32 = 41;
 const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 8;
 /// `perf_event_attr` up to `config3` (PERF_ATTR_SIZE_VER8).
 const ATTR_WORDS: usize = 17;
@@ -33,16 +34,20 @@ fn uprobe_pmu_type() -> std::io::Result<u32> {
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
 }
 
-/// Opens a uprobe at `path`+`offset` for every process and runs `prog` on it.
+/// A live launch probe: the BPF link, then the perf event it links (dropped in that order).
+type Probe = (OwnedFd, OwnedFd);
+
+/// Opens a uprobe at `path`+`offset` for every process and links `prog` to it with `cookie`.
 fn open_probe(
     pmu: u32,
     path: &std::ffi::CStr,
     offset: u64,
+    cookie: u64,
     prog: &OwnedFd,
-) -> std::io::Result<OwnedFd> {
+) -> std::io::Result<Probe> {
     let mut attr = [0u64; ATTR_WORDS];
     attr[0] = u64::from(pmu) | ((ATTR_WORDS as u64 * 8) << 32);
-    // flags: disabled, so that nothing fires before the program is set.
+    // flags: disabled, so that nothing fires before the program is linked.
     attr[5] = 1;
     attr[7] = path.as_ptr() as u64;
     attr[8] = offset;
@@ -61,20 +66,38 @@ fn open_probe(
         return Err(std::io::Error::last_os_error());
     }
     // SAFETY: a fresh descriptor this function owns.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
-    // SAFETY: ioctls on a perf event fd with an int argument.
-    unsafe {
-        if libc::ioctl(fd.as_raw_fd(), PERF_EVENT_IOC_SET_BPF, prog.as_raw_fd()) < 0
-            || libc::ioctl(fd.as_raw_fd(), PERF_EVENT_IOC_ENABLE, 0) < 0
-        {
-            return Err(std::io::Error::last_os_error());
-        }
+    let perf = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    // union bpf_attr for BPF_LINK_CREATE: prog_fd, target_fd, attach_type, flags, then
+    // perf_event.bpf_cookie.
+    let mut link_attr = [0u32; 16];
+    link_attr[0] = prog.as_raw_fd() as u32;
+    link_attr[1] = perf.as_raw_fd() as u32;
+    link_attr[2] = BPF_PERF_EVENT;
+    link_attr[4] = cookie as u32;
+    link_attr[5] = (cookie >> 32) as u32;
+    // SAFETY: a bpf_attr of the size given; the kernel copies it in.
+    let link = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_LINK_CREATE,
+            link_attr.as_ptr(),
+            std::mem::size_of_val(&link_attr) as u32,
+        )
+    };
+    if link < 0 {
+        return Err(std::io::Error::last_os_error());
     }
-    Ok(fd)
+    // SAFETY: as above.
+    let link = unsafe { OwnedFd::from_raw_fd(link as i32) };
+    // SAFETY: an ioctl on a perf event fd with no argument.
+    if unsafe { libc::ioctl(perf.as_raw_fd(), PERF_EVENT_IOC_ENABLE, 0) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok((link, perf))
 }
 
 enum Cmd {
-    Add(PathBuf, u64),
+    Add(PathBuf, u64, u64),
 }
 
 pub struct LaunchWindows {
@@ -113,9 +136,10 @@ impl LaunchWindows {
         })
     }
 
-    pub fn add(&self, path: PathBuf, offset: u64) {
+    /// Probes `path`+`offset` in every window from now on; `cookie` names the entry point.
+    pub fn add(&self, path: PathBuf, offset: u64, cookie: u64) {
         if let Some(tx) = &self.tx {
-            let _ = tx.send(Cmd::Add(path, offset));
+            let _ = tx.send(Cmd::Add(path, offset, cookie));
         }
     }
 
@@ -166,14 +190,14 @@ struct Worker {
     prog: OwnedFd,
     rx: Receiver<Cmd>,
     shared: Shared,
-    targets: Vec<(CString, u64)>,
-    open: Vec<OwnedFd>,
+    targets: Vec<(CString, u64, u64)>,
+    open: Vec<Probe>,
 }
 
 impl Worker {
     fn open_one(&mut self, i: usize) {
-        let (path, offset) = &self.targets[i];
-        match open_probe(self.pmu, path, *offset, &self.prog) {
+        let (path, offset, cookie) = &self.targets[i];
+        match open_probe(self.pmu, path, *offset, *cookie, &self.prog) {
             Ok(fd) => self.open.push(fd),
             Err(e) => log::debug!("launch probe {path:?}+{offset:#x}: {e}"),
         }
@@ -228,10 +252,10 @@ impl Worker {
                 return true;
             }
             match self.rx.recv_timeout(left.min(Duration::from_millis(50))) {
-                Ok(Cmd::Add(path, offset)) => {
+                Ok(Cmd::Add(path, offset, cookie)) => {
                     use std::os::unix::ffi::OsStrExt;
                     if let Ok(c) = CString::new(path.as_os_str().as_bytes()) {
-                        self.targets.push((c, offset));
+                        self.targets.push((c, offset, cookie));
                         if self.is_on() {
                             self.open_one(self.targets.len() - 1);
                         }
@@ -255,6 +279,14 @@ fn run(pmu: u32, prog: OwnedFd, on: Duration, period: Duration, rx: Receiver<Cmd
     };
     let mut cycle = Instant::now();
     loop {
+        if w.targets.is_empty() {
+            // Nothing to probe yet: the first window opens as soon as a library comes.
+            if !w.wait_until(Instant::now() + Duration::from_millis(20)) {
+                break;
+            }
+            cycle = Instant::now();
+            continue;
+        }
         if w.ended() {
             // Wait for the session to hang up, then close what is open.
             while w.wait_until(Instant::now() + Duration::from_secs(1)) {}

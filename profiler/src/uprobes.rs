@@ -57,8 +57,9 @@ pub struct CudaProbes {
     windows: Option<crate::launch_window::LaunchWindows>,
     /// Owned, so that they can be dropped (detached) in parallel at the end.
     links: Vec<UProbeLink>,
-    last_counts: BTreeMap<u32, u64>,
-    launches: Option<BpfHashMap<MapData, u32, u64>>,
+    /// By (TID, API index): the counts already reported.
+    last_counts: BTreeMap<(u32, u32), u64>,
+    launches: Option<BpfHashMap<MapData, u64, u64>>,
     /// Whether the uprobe programs loaded at all.
     pub available: bool,
 }
@@ -169,7 +170,7 @@ impl CudaProbes {
             let result = match api.probe {
                 Probe::Counted => match &self.windows {
                     Some(w) => {
-                        w.add(in_ns.to_path_buf(), offset);
+                        w.add(in_ns.to_path_buf(), offset, i as u64);
                         Ok(())
                     }
                     None => continue,
@@ -216,13 +217,17 @@ impl CudaProbes {
         let map = self.launches.as_ref()?;
         let mut counts = Vec::new();
         for entry in map.iter() {
-            let Ok((tid, total)) = entry else { continue };
-            let last = self.last_counts.insert(tid, total).unwrap_or(0);
+            let Ok((key, total)) = entry else { continue };
+            let (tid, api) = ((key >> 32) as u32, key as u32);
+            let last = self.last_counts.insert((tid, api), total).unwrap_or(0);
             if total > last {
                 counts.push(LaunchCount {
                     tid,
                     pid: crate::target::tgid(tid).unwrap_or(0),
                     launches: total - last,
+                    api: APIS
+                        .get(api as usize)
+                        .map_or_else(|| format!("#{api}"), |a| a.name.to_string()),
                 });
             }
         }

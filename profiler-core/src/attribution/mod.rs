@@ -229,7 +229,9 @@ fn attribute_gpu(
             let totals = waits.totals(start, end, |tid| roles.feeders.contains(&tid));
             let achieved = (totals.copy_ns() > 0.0 && totals.copy_bytes > 0.0)
                 .then(|| totals.copy_bytes / totals.copy_ns());
-            host.link_limited = link::LinkState::at(g, end).is_some_and(|l| l.limits(achieved));
+            let link = link::LinkState::at(g, end);
+            host.link_limited = link.is_some_and(|l| l.limits(achieved));
+            host.link_gbps = link.map(|l| l.current_gbps()).filter(|g| *g > 0.0);
             host.cuda = Some(totals);
         }
         let label = label_window(&host, f64::from(s.util_pct.min(100)) / 100.0);

@@ -23,7 +23,8 @@
 //! instead of guessed: that time is taken out of its on-CPU and then its run-queue time
 //! (a waiting thread spins, and yields), and is scored by what it waited for:
 //! - `nccl_wait` = sync time with a collective outstanding,
-//! - `pinned_memory_copy` = copy time (staging pageable memory, or waiting on the copy engine),
+//! - `pinned_memory_copy` = copy time (staging pageable memory inside the copy call, plus
+//!   sync time with a copy outstanding, at most what the link needs to move its bytes),
 //! - `pcie` = the same copy time, instead, when the link limits it (see [`HostWindow`]),
 //!
 //! where the busy part of the window is first covered by syncs that waited for kernels, and
@@ -64,6 +65,9 @@ struct CudaShares {
     collective: f64,
 }
 
+/// Copy bandwidth assumed when NVML gives no link state: a PCIe gen3 x16 link's.
+const DEFAULT_LINK_GBPS: f64 = 15.75;
+
 fn cuda_shares(host: &HostWindow, busy: f64) -> Option<CudaShares> {
     let c = host.cuda?;
     let t = host.feeder.total();
@@ -73,19 +77,22 @@ fn cuda_shares(host: &HostWindow, busy: f64) -> Option<CudaShares> {
     let total = (c.total() / t).min(1.0);
     let kernel = c.kernel_ns / t;
     let collective = c.collective_ns / t;
-    let pinned = c.pinned_copy_ns / t;
-    let pageable = c.pageable_copy_ns / t;
+    let sync_copy = c.sync_copy_ns / t;
     // Busy time not covered by kernel syncs was covered by the other syncs.
     let spill = (busy - kernel).max(0.0);
-    let gpu_waits = pinned + collective;
+    let gpu_waits = sync_copy + collective;
     let keep = if gpu_waits > 0.0 {
         (1.0 - spill / gpu_waits).max(0.0)
     } else {
         0.0
     };
+    // A sync's idle part is the copy's only as long as the link needs to move its bytes;
+    // the rest is launch gaps and scheduling, not the copy.
+    let link = host.link_gbps.unwrap_or(DEFAULT_LINK_GBPS);
+    let copy_time = (c.sync_pinned_bytes / link + c.sync_staged_ns) / t;
     Some(CudaShares {
         total,
-        copy: pageable + pinned * keep,
+        copy: c.call_copy_ns / t + (sync_copy * keep).min(copy_time),
         collective: collective * keep,
     })
 }
@@ -257,10 +264,19 @@ mod tests {
         }
     }
 
-    fn waits(pageable: f64, pinned: f64, collective: f64, kernel: f64) -> crate::cuda::WaitTotals {
+    /// Copy calls, syncs on copies (whose bytes need as long as the wait on the default
+    /// link), syncs on collectives and on kernels, in ns.
+    fn waits(
+        call_copy: f64,
+        sync_copy: f64,
+        collective: f64,
+        kernel: f64,
+    ) -> crate::cuda::WaitTotals {
         crate::cuda::WaitTotals {
-            pageable_copy_ns: pageable,
-            pinned_copy_ns: pinned,
+            call_copy_ns: call_copy,
+            sync_copy_ns: sync_copy,
+            sync_pinned_bytes: sync_copy * DEFAULT_LINK_GBPS,
+            sync_staged_ns: 0.0,
             collective_ns: collective,
             kernel_ns: kernel,
             copy_bytes: 0.0,
@@ -294,6 +310,24 @@ mod tests {
         let feeder = st(95.0, 5.0, 0.0, 0.0);
         let l = label_window(&probed(feeder, waits(0.0, 90.0, 0.0, 0.0), false), 0.7);
         assert!((l.scores[4] - 0.2).abs() < 1e-9, "{:?}", l.scores);
+    }
+
+    #[test]
+    fn a_sync_on_a_copy_counts_only_as_long_as_the_link_needs() {
+        // 90 ns of sync idle beyond busy, but its bytes move in 10 ns on the link: the rest
+        // of the window is the workers' doing.
+        let feeder = st(20.0, 0.0, 0.0, 80.0);
+        let mut w = waits(0.0, 90.0, 0.0, 0.0);
+        w.sync_pinned_bytes = 10.0 * DEFAULT_LINK_GBPS;
+        let h = HostWindow {
+            feeder,
+            workers: st(180.0, 10.0, 0.0, 10.0),
+            cuda: Some(w),
+            ..HostWindow::default()
+        };
+        let l = label_window(&h, 0.0);
+        assert!((l.scores[4] - 0.1).abs() < 1e-9, "{:?}", l.scores);
+        assert_eq!(l.cause, Cause::DataloaderCpu);
     }
 
     #[test]

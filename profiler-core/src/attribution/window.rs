@@ -52,6 +52,8 @@ pub struct HostWindow {
     /// The PCIe link limits copies: trained below its maximum generation or width with
     /// copies far below what the full link gives, or saturated.
     pub link_limited: bool,
+    /// What the link carries now, GB/s (bytes per ns), when NVML says.
+    pub link_gbps: Option<f64>,
 }
 
 /// Finds the ticks that overlap a window without scanning the whole timeline.

@@ -25,6 +25,9 @@ pub struct ProcessCuda {
     pub pageable_copy_bytes: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub launches: Option<LaunchStats>,
+    /// Launches counted per entry point (which ones a job reaches).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub launches_by_api: BTreeMap<String, u64>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
@@ -63,6 +66,9 @@ pub fn summarize(v: &CudaView) -> CudaSummary<'_> {
     }
     for (pid, l) in &v.launches {
         procs.entry(*pid).or_default().launches = Some(*l);
+    }
+    for (pid, by_api) in &v.launches_by_api {
+        procs.entry(*pid).or_default().launches_by_api = by_api.clone();
     }
     for (pid, (pinned, pageable)) in &v.copy_bytes {
         let p = procs.entry(*pid).or_default();

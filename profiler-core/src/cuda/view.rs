@@ -38,6 +38,13 @@ pub struct HostWait {
     pub kind: WaitKind,
     /// Bytes copied, for copy waits.
     pub bytes: u64,
+    /// A sync (waiting for queued work), as opposed to a copy call's own time.
+    pub sync: bool,
+    /// For a sync: the bytes of pinned copies it waited for, which move at the link's pace.
+    pub pinned_bytes: u64,
+    /// For a sync: how long its pageable copies took to stage, a bound on their DMA after
+    /// the call (the DMA moves what was staged, no faster than the host copied it).
+    pub staged_ns: u64,
     /// Index into [`CudaView::calls`].
     pub call: usize,
 }
@@ -82,6 +89,8 @@ pub struct CudaView {
     pub env_ranks: BTreeMap<u32, RankInfo>,
     /// By PID.
     pub launches: BTreeMap<u32, LaunchStats>,
+    /// By PID: launches counted per entry point.
+    pub launches_by_api: BTreeMap<u32, BTreeMap<String, u64>>,
     /// Time the launch probes were on.
     pub launch_probed_ns: u64,
     /// Copies classed pinned vs pageable, by PID: (pinned bytes, pageable bytes).
@@ -119,7 +128,11 @@ impl Pinned {
 
 #[derive(Clone, Copy)]
 enum Queued {
-    Copy { pinned: bool, bytes: u64 },
+    Copy {
+        pinned: bool,
+        bytes: u64,
+        call_ns: u64,
+    },
     Collective,
 }
 
@@ -176,6 +189,9 @@ pub fn build(
             kind,
             bytes,
             call: i,
+            sync: matches!(c.op, CudaOp::Sync { .. }),
+            pinned_bytes: 0,
+            staged_ns: 0,
         };
         match c.op {
             CudaOp::Pin { addr, bytes } if c.status == 0 && addr != 0 => {
@@ -233,6 +249,7 @@ pub fn build(
                         .push(Queued::Copy {
                             pinned: is_pinned,
                             bytes,
+                            call_ns: c.end_ns.saturating_sub(c.start_ns),
                         });
                 }
             }
@@ -297,14 +314,26 @@ pub fn build(
                 } else {
                     WaitKind::Kernel
                 };
-                let bytes = outstanding
-                    .iter()
-                    .map(|q| match q {
-                        Queued::Copy { bytes, .. } => *bytes,
-                        Queued::Collective => 0,
-                    })
-                    .sum();
-                waits.push(wait(kind, bytes));
+                let (mut bytes, mut pinned_bytes, mut staged_ns) = (0, 0, 0);
+                for q in &outstanding {
+                    if let Queued::Copy {
+                        pinned,
+                        bytes: b,
+                        call_ns,
+                    } = *q
+                    {
+                        bytes += b;
+                        if pinned {
+                            pinned_bytes += b;
+                        } else {
+                            staged_ns += call_ns;
+                        }
+                    }
+                }
+                let mut w = wait(kind, bytes);
+                w.pinned_bytes = pinned_bytes;
+                w.staged_ns = staged_ns;
+                waits.push(w);
                 if let Some(stream) = key.1 {
                     known_streams.insert((c.pid, stream));
                 }
@@ -346,6 +375,7 @@ pub fn build(
         waits,
         ranks,
         env_ranks: BTreeMap::new(),
+        launches_by_api: BTreeMap::new(),
         launches,
         launch_probed_ns,
         copy_bytes,
@@ -355,20 +385,27 @@ pub fn build(
 /// Wait time of `tids` inside `[start, end)`, by kind, and the copy bytes prorated into it.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct WaitTotals {
-    pub pageable_copy_ns: f64,
-    pub pinned_copy_ns: f64,
+    /// Inside copy calls: staging pageable memory, or a synchronous copy.
+    pub call_copy_ns: f64,
+    /// In syncs with a copy outstanding (which also wait for the kernels queued after it).
+    pub sync_copy_ns: f64,
+    /// The pinned bytes those syncs' copies moved (at the link's pace)...
+    pub sync_pinned_bytes: f64,
+    /// ...and the staging time of their pageable copies (a bound on the DMA after it).
+    pub sync_staged_ns: f64,
     pub collective_ns: f64,
     pub kernel_ns: f64,
+    /// All copy bytes, calls and syncs.
     pub copy_bytes: f64,
 }
 
 impl WaitTotals {
     pub fn total(&self) -> f64 {
-        self.pageable_copy_ns + self.pinned_copy_ns + self.collective_ns + self.kernel_ns
+        self.call_copy_ns + self.sync_copy_ns + self.collective_ns + self.kernel_ns
     }
 
     pub fn copy_ns(&self) -> f64 {
-        self.pageable_copy_ns + self.pinned_copy_ns
+        self.call_copy_ns + self.sync_copy_ns
     }
 }
 
@@ -406,14 +443,19 @@ impl<'a> WaitIndex<'a> {
                 continue;
             }
             let ns = overlap as f64;
-            match w.kind {
-                WaitKind::PageableCopy => t.pageable_copy_ns += ns,
-                WaitKind::PinnedCopy => t.pinned_copy_ns += ns,
-                WaitKind::Collective => t.collective_ns += ns,
-                WaitKind::Kernel => t.kernel_ns += ns,
-            }
             let len = (w.end_ns - w.start_ns).max(1) as f64;
-            t.copy_bytes += w.bytes as f64 * ns / len;
+            let bytes = w.bytes as f64 * ns / len;
+            match (w.kind, w.sync) {
+                (WaitKind::PageableCopy | WaitKind::PinnedCopy, false) => t.call_copy_ns += ns,
+                (WaitKind::PageableCopy | WaitKind::PinnedCopy, true) => {
+                    t.sync_copy_ns += ns;
+                    t.sync_pinned_bytes += w.pinned_bytes as f64 * ns / len;
+                    t.sync_staged_ns += w.staged_ns as f64 * ns / len;
+                }
+                (WaitKind::Collective, _) => t.collective_ns += ns,
+                (WaitKind::Kernel, _) => t.kernel_ns += ns,
+            }
+            t.copy_bytes += bytes;
         }
         t
     }
@@ -533,6 +575,18 @@ mod tests {
             ]
         );
         assert_eq!(v.copy_bytes[&7], (200 + (8 << 20), 200));
+        // The sync after the pageable copy knows how long it took to stage; the one after
+        // the pinned copy how many bytes the link moved.
+        let after_pageable = v.waits.iter().find(|w| w.start_ns == 96).unwrap();
+        assert_eq!(
+            (after_pageable.staged_ns, after_pageable.pinned_bytes),
+            (15, 0)
+        );
+        let after_pinned = v.waits.iter().find(|w| w.start_ns == 12).unwrap();
+        assert_eq!(
+            (after_pinned.staged_ns, after_pinned.pinned_bytes),
+            (0, 100)
+        );
     }
 
     #[test]
@@ -599,7 +653,7 @@ mod tests {
             0,
         );
         let t = WaitIndex::new(&v.waits).totals(50, 150, |_| true);
-        assert_eq!(t.pageable_copy_ns, 50.0);
+        assert_eq!(t.call_copy_ns, 50.0);
         assert_eq!(t.kernel_ns, 50.0);
         assert_eq!(t.copy_bytes, 50.0);
         assert_eq!(
