@@ -380,3 +380,154 @@ fn without_nvml_the_host_report_still_comes() {
     );
     assert!(!report["threads"].as_array().unwrap().is_empty());
 }
+
+/// Starts `stallgen --scenario nccl-straggler` and returns it with its rank PIDs (rank order).
+fn start_ranks(sim: &Sim, secs: u32) -> (Spawned, Vec<u32>) {
+    let job = Spawned::start(
+        Command::new(release_dir().join("stallgen"))
+            .env("LD_LIBRARY_PATH", &sim.libs)
+            .env("STALLSCOPE_SIMGPU_STATE", &sim.state)
+            .args(["--scenario", "nccl-straggler", "--secs", &secs.to_string()]),
+    );
+    job.wait_stdout(Duration::from_secs(60), |l| l.starts_with("ready pid="))
+        .unwrap_or_else(|| panic!("stallgen never became ready: {}", job.stderr_so_far()));
+    let mut ranks = Vec::new();
+    for r in 0.. {
+        let prefix = format!("rank {r} pid=");
+        let Some(line) = job.wait_stdout(Duration::ZERO, |l| l.starts_with(&prefix)) else {
+            break;
+        };
+        let pid = line[prefix.len()..]
+            .split_whitespace()
+            .next()
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("bad rank line: {line}"));
+        ranks.push(pid);
+    }
+    assert_eq!(ranks.len(), 2, "nccl-straggler runs two ranks");
+    (job, ranks)
+}
+
+fn record_json(sim: &Sim, args: &[String], secs: u32) -> Spawned {
+    Spawned::start(
+        command()
+            .env("STALLSCOPE_SIMGPU_STATE", &sim.state)
+            .args(["record", "--json", "-d", &format!("{secs}s"), "--nvml-lib"])
+            .arg(sim.libs.join("libnvidia-ml.so.1"))
+            .args(args),
+    )
+}
+
+#[test]
+fn every_gpu_process_is_traced_on_request() {
+    let _serial = serial();
+    let sim = Sim::new("all-gpu");
+    let dir = Scratch::new("all-gpu");
+    let (job, ranks) = start_ranks(&sim, 8);
+    let f = record_json(
+        &sim,
+        &[
+            "--all-gpu-processes".into(),
+            "--no-flamegraphs".into(),
+            "-o".into(),
+            dir.join("all.rec").display().to_string(),
+        ],
+        2,
+    )
+    .finish(RECORD_TIMEOUT);
+    assert_success(&f, "record --all-gpu-processes");
+    let report = parse_report(&f.stdout);
+    let mut pids: Vec<u64> = report["target"]["pids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_u64().unwrap())
+        .collect();
+    pids.sort_unstable();
+    assert_eq!(
+        pids,
+        ranks.iter().map(|&p| u64::from(p)).collect::<Vec<_>>(),
+        "the ranks NVML lists"
+    );
+    let _ = job.finish(Duration::from_secs(40));
+}
+
+#[test]
+fn recordings_of_each_rank_are_reported_together() {
+    let _serial = serial();
+    let sim = Sim::new("merge");
+    let dir = Scratch::new("merge");
+    let (job, ranks) = start_ranks(&sim, 14);
+    // One recorder per rank, as on two hosts.
+    let recorders: Vec<Spawned> = ranks
+        .iter()
+        .enumerate()
+        .map(|(i, pid)| {
+            record_json(
+                &sim,
+                &[
+                    "--pid".into(),
+                    pid.to_string(),
+                    "--no-flamegraphs".into(),
+                    "-o".into(),
+                    dir.join(&format!("rank{i}.rec")).display().to_string(),
+                ],
+                6,
+            )
+        })
+        .collect();
+    for r in recorders {
+        assert_success(&r.finish(RECORD_TIMEOUT), "record one rank");
+    }
+    let _ = job.finish(Duration::from_secs(40));
+    let f = Spawned::start(
+        command()
+            .args(["report", "--json", "--no-flamegraphs"])
+            .arg(dir.join("rank0.rec"))
+            .arg(dir.join("rank1.rec")),
+    )
+    .finish(RECORD_TIMEOUT);
+    assert_success(&f, "report of two recordings");
+    let doc = parse_report(&f.stdout);
+    assert_eq!(doc["recordings"].as_array().unwrap().len(), 2);
+    let listed: Vec<u64> = doc["ranks"]["ranks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["pid"].as_u64().unwrap())
+        .collect();
+    for pid in &ranks {
+        assert!(
+            listed.contains(&u64::from(*pid)),
+            "rank {pid} missing: {}",
+            doc["ranks"]
+        );
+    }
+    assert_eq!(
+        doc["ranks"]["straggler"]["pid"].as_u64(),
+        Some(u64::from(ranks[1])),
+        "the slow rank (the last) is the straggler: {}",
+        doc["ranks"]
+    );
+    assert!(
+        doc["clock_note"]
+            .as_str()
+            .unwrap()
+            .contains("CLOCK_MONOTONIC"),
+        "{}",
+        doc["clock_note"]
+    );
+    let text = Spawned::start(
+        command()
+            .args(["report", "--no-flamegraphs"])
+            .arg(dir.join("rank0.rec"))
+            .arg(dir.join("rank1.rec")),
+    )
+    .finish(RECORD_TIMEOUT);
+    assert_success(&text, "text report of two recordings");
+    assert!(
+        text.stdout.contains("is the straggler") && text.stdout.contains("clock caveat"),
+        "{}",
+        text.stdout
+    );
+}
