@@ -153,6 +153,9 @@ pub fn print(cfg: &Config, records: &[RunRecord]) {
     for &w in &cfg.workloads {
         let base = summarise(records, w, Tracer::None).throughput;
         for &t in &cfg.tracers {
+            if !w.runs_with(t) {
+                continue;
+            }
             if let Err(why) = cfg.tracer_bin(t) {
                 println!(
                     "| {} | {} | **not run: {why}** | | | | | | | | |",
