@@ -248,6 +248,17 @@ fn write_cuda_evidence<W: Write>(
             if l.saturated { ", saturated" } else { "" }
         )?;
     }
+    if let Some(rate) = c.launches_per_sec {
+        writeln!(
+            w,
+            "      kernel launches: about {rate:.0}/s from the feeder's process ({})",
+            c.launches_by_api
+                .iter()
+                .map(|(api, n)| format!("{api} {n}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )?;
+    }
     for col in &c.collectives {
         writeln!(
             w,

@@ -217,6 +217,11 @@ fn a_trained_down_link_is_labelled_pcie() {
 }
 
 #[test]
+fn tiny_kernels_launched_back_to_back_are_labelled_launch_overhead() {
+    assert_labelled("launch-bound", "launch_overhead");
+}
+
+#[test]
 fn the_nccl_straggler_is_named_and_the_others_wait_for_it() {
     let _serial = serial();
     let mut r = run("nccl-straggler", 10, 6);

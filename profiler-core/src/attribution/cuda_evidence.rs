@@ -21,6 +21,12 @@ pub struct CudaEvidence {
     /// NCCL collectives enqueued in the stall, by op.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub collectives: Vec<CollectiveEvidence>,
+    /// For `launch_overhead`: the feeder processes' kernel launches per second over the
+    /// recording, and per entry point as counted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub launches_per_sec: Option<f64>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub launches_by_api: BTreeMap<String, u64>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
@@ -142,6 +148,22 @@ pub fn gather(
             expected_gbps: l.max_gbps(),
             saturated: l.saturated(),
         });
+    }
+    if cause == Cause::LaunchOverhead {
+        let mut pids = gpu_pids.clone();
+        pids.sort_unstable();
+        pids.dedup();
+        ev.launches_per_sec = Some(
+            pids.iter()
+                .filter_map(|p| a.cuda.launches.get(p))
+                .map(|l| l.per_sec)
+                .sum(),
+        );
+        for p in &pids {
+            for (api, n) in a.cuda.launches_by_api.get(p).into_iter().flatten() {
+                *ev.launches_by_api.entry(api.clone()).or_default() += n;
+            }
+        }
     }
     if cause == Cause::NcclWait {
         let mut by_op: BTreeMap<&'static str, CollectiveEvidence> = BTreeMap::new();

@@ -67,7 +67,11 @@ pub fn relevant(roles: &Roles, cause: Cause, tid: u32) -> bool {
         (cause, roles.role(tid)),
         (Cause::DataloaderCpu, Role::Worker)
             | (
-                Cause::HostCompute | Cause::PinnedMemoryCopy | Cause::Pcie | Cause::NcclWait,
+                Cause::HostCompute
+                    | Cause::PinnedMemoryCopy
+                    | Cause::Pcie
+                    | Cause::NcclWait
+                    | Cause::LaunchOverhead,
                 Role::Feeder
             )
             | (Cause::Disk | Cause::CpuContention | Cause::Unknown, _)
@@ -76,7 +80,7 @@ pub fn relevant(roles: &Roles, cause: Cause, tid: u32) -> bool {
 
 fn metric(cause: Cause, t: &ThreadEvidence) -> u64 {
     match cause {
-        Cause::DataloaderCpu | Cause::HostCompute => t.on_cpu_ns,
+        Cause::DataloaderCpu | Cause::HostCompute | Cause::LaunchOverhead => t.on_cpu_ns,
         // Threads waiting in CUDA spin and yield.
         Cause::PinnedMemoryCopy | Cause::Pcie | Cause::NcclWait => t.on_cpu_ns + t.runqueue_ns,
         Cause::Disk => t.io_wait_ns,

@@ -42,12 +42,15 @@ pub enum Cause {
     Pcie,
     /// The feeder waits in a sync on an NCCL collective: another rank is late (CUDA probes).
     NcclWait,
+    /// The feeder's own work is launching kernels (and the Python around them) faster than
+    /// tiny kernels can use the GPU (CUDA probes: launch rate).
+    LaunchOverhead,
     /// Nothing traced explains the idle time; see the stall's `reason`.
     Unknown,
 }
 
 impl Cause {
-    pub const ALL: [Cause; 8] = [
+    pub const ALL: [Cause; 9] = [
         Cause::DataloaderCpu,
         Cause::Disk,
         Cause::CpuContention,
@@ -55,6 +58,7 @@ impl Cause {
         Cause::PinnedMemoryCopy,
         Cause::Pcie,
         Cause::NcclWait,
+        Cause::LaunchOverhead,
         Cause::Unknown,
     ];
 
@@ -67,6 +71,7 @@ impl Cause {
             Cause::PinnedMemoryCopy => "pinned_memory_copy",
             Cause::Pcie => "pcie",
             Cause::NcclWait => "nccl_wait",
+            Cause::LaunchOverhead => "launch_overhead",
             Cause::Unknown => "unknown",
         }
     }
@@ -94,6 +99,9 @@ impl Cause {
             }
             Cause::NcclWait => {
                 "fix the slow rank's own cause (see ranks); then NCCL_DEBUG=INFO and nvidia-smi topo -m for the links between GPUs"
+            }
+            Cause::LaunchOverhead => {
+                "fewer, larger kernels: CUDA graphs (torch.compile mode=\"reduce-overhead\"), fused operators, larger batches"
             }
             Cause::Unknown => "the feeder waited on something stallscope does not trace",
         }
@@ -203,6 +211,13 @@ fn attribute_gpu(
         .feeders
         .iter()
         .any(|t| a.threads.get(t).is_some_and(|t| probed.contains(&t.pid)));
+    let launch_rate: f64 = roles
+        .feeders
+        .iter()
+        .filter_map(|t| a.threads.get(t))
+        .filter_map(|t| a.cuda.launches.get(&t.pid))
+        .map(|l| l.per_sec)
+        .sum();
     let mut out = GpuAttribution {
         gpu: g.info.index,
         ..GpuAttribution::default()
@@ -225,6 +240,7 @@ fn attribute_gpu(
         out.observed_ns += s.period_ns;
         out.idle_ns += idle;
         let mut host = index.window(&a.timeline, roles, start, end);
+        host.launch_bound = launch_rate >= rules::LAUNCH_BOUND_PER_SEC;
         if feeder_probed {
             let totals = waits.totals(start, end, |tid| roles.feeders.contains(&tid));
             let achieved = (totals.copy_ns() > 0.0 && totals.copy_bytes > 0.0)

@@ -27,6 +27,9 @@
 //!   sync time with a copy outstanding, at most what the link needs to move its bytes),
 //! - `pcie` = the same copy time, instead, when the link limits it (see [`HostWindow`]),
 //!
+//! - `launch_overhead` = the `host_compute` score instead, when the feeder's process launches
+//!   kernels at a launch-bound rate ([`LAUNCH_BOUND_PER_SEC`]),
+//!
 //! where the busy part of the window is first covered by syncs that waited for kernels, and
 //! the rest of it by the copy and collective waits in proportion (a sync on a copy also
 //! waits for the kernels queued behind it). The highest score wins; when none covers at least
@@ -38,11 +41,11 @@ pub struct Label {
     pub cause: Cause,
     pub reason: Option<String>,
     /// Scores in the order of [`SCORED`].
-    pub scores: [f64; 7],
+    pub scores: [f64; 8],
 }
 
 /// The causes a window can score for, in the order of [`Label::scores`].
-pub const SCORED: [Cause; 7] = [
+pub const SCORED: [Cause; 8] = [
     Cause::DataloaderCpu,
     Cause::Disk,
     Cause::CpuContention,
@@ -50,7 +53,15 @@ pub const SCORED: [Cause; 7] = [
     Cause::PinnedMemoryCopy,
     Cause::Pcie,
     Cause::NcclWait,
+    Cause::LaunchOverhead,
 ];
+
+/// Kernel launches a second from the feeder's process past which its own on-CPU work is
+/// launch overhead: at the driver's 3–5 µs a launch, 20k launches take a tenth of a CPU
+/// just to enqueue, and the Python that issues them several times that. The rate the
+/// probes see is a lower bound (each probed launch is slower), which keeps this
+/// conservative.
+pub const LAUNCH_BOUND_PER_SEC: f64 = 20_000.0;
 
 /// Workers busy less than this share of their time count as idle.
 const WORKERS_ACTIVE_MIN: f64 = 0.05;
@@ -128,14 +139,21 @@ pub fn label_window(host: &HostWindow, busy: f64) -> Label {
     } else {
         (c.copy, 0.0)
     };
+    let own_work = (on - cover).max(0.0);
+    let (host_compute, launch) = if host.launch_bound {
+        (0.0, own_work)
+    } else {
+        (own_work, 0.0)
+    };
     let scores = [
         f.blocked * w_on,
         f.io_wait + f.blocked * 3.0 * w_io,
         (rq - spin_left).max(0.0) + f.blocked * 2.0 * w_rq,
-        (on - cover).max(0.0),
+        host_compute,
         copy,
         pcie,
         c.collective,
+        launch,
     ];
     let (best, score) =
         scores.iter().enumerate().fold(
@@ -328,6 +346,14 @@ mod tests {
         let l = label_window(&h, 0.0);
         assert!((l.scores[4] - 0.1).abs() < 1e-9, "{:?}", l.scores);
         assert_eq!(l.cause, Cause::DataloaderCpu);
+    }
+
+    #[test]
+    fn own_work_at_a_launch_bound_rate_is_launch_overhead() {
+        let mut h = probed(st(95.0, 5.0, 0.0, 0.0), waits(0.0, 0.0, 0.0, 3.0), false);
+        assert_eq!(label_window(&h, 0.25).cause, Cause::HostCompute);
+        h.launch_bound = true;
+        assert_eq!(label_window(&h, 0.25).cause, Cause::LaunchOverhead);
     }
 
     #[test]

@@ -54,6 +54,8 @@ pub struct HostWindow {
     pub link_limited: bool,
     /// What the link carries now, GB/s (bytes per ns), when NVML says.
     pub link_gbps: Option<f64>,
+    /// The feeder's process launches kernels at a launch-bound rate.
+    pub launch_bound: bool,
 }
 
 /// Finds the ticks that overlap a window without scanning the whole timeline.

@@ -59,7 +59,7 @@ impl Scenario {
             Self::HostCompute => "host_compute",
             Self::PageableCopy => "pinned_memory_copy",
             Self::PcieDegraded => "pcie",
-            Self::LaunchBound => "launch_bound",
+            Self::LaunchBound => "launch_overhead",
             Self::Phases => "mixed",
         }
     }
@@ -359,7 +359,7 @@ mod tests {
                 "pinned_memory_copy",
                 "pcie",
                 "disk",
-                "launch_bound"
+                "launch_overhead"
             ]
         );
     }

@@ -211,7 +211,7 @@ fn launch_bound_launches_tiny_kernels_as_fast_as_it_can() {
         launch[0] > 60.0,
         "the feeder spends its time launching: {launch:?}"
     );
-    assert_eq!(r.truth[0]["cause"], "launch_bound");
+    assert_eq!(r.truth[0]["cause"], "launch_overhead");
 }
 
 #[test]
