@@ -19,8 +19,12 @@ const TOP_FILES: usize = 5;
 pub fn write_text<W: Write>(analysis: &Analysis, load: &LoadInfo, mut w: W) -> io::Result<()> {
     write_header(analysis, load, &mut w)?;
     crate::report_gpu::write_text(analysis, &mut w)?;
-    write_cuda(analysis, &mut w)?;
     let ranks = crate::attribution::ranks::ranks(&[analysis]);
+    // With ranks, the job's answer is the straggler: say it next to the verdict.
+    if let Some(s) = &ranks.straggler {
+        writeln!(w, "straggler: {}", s.text)?;
+    }
+    write_cuda(analysis, &mut w)?;
     if !ranks.ranks.is_empty() {
         writeln!(w)?;
         write_ranks(&ranks, &mut w)?;
