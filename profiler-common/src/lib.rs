@@ -40,8 +40,17 @@ pub struct ThreadStats {
     pub offcpu_sampled_ns: u64,
     /// Non-zero while the current off-CPU period has a captured stack waiting for its duration.
     pub offcpu_pending: u32,
-    pub _pad: u32,
+    /// The state of the last off-CPU period, until its run-queue part is known.
+    pub off_state: u32,
+    /// The kernel's `sched_info.run_delay` for this task at its last switch-out
+    /// ([`RUN_DELAY_UNKNOWN`] before the first).
+    pub run_delay_ns: u64,
+    /// How long the last off-CPU period lasted.
+    pub off_len_ns: u64,
 }
+
+/// `ThreadStats::run_delay_ns` before a baseline is known.
+pub const RUN_DELAY_UNKNOWN: u64 = u64::MAX;
 
 /// What each CPU last switched to, so that a switch away from an untracked task costs no
 /// hash lookup. The value of the per-CPU `CPU_CURRENT` map.
@@ -285,6 +294,9 @@ pub struct Offsets {
     pub filemap_ino: u32,
     pub filemap_dev: u32,
     pub filemap_order: u32,
+    /// `task_struct.sched_info.run_delay`; 0 when the kernel has no sched_info.
+    pub task_run_delay: u32,
+    pub _pad: u32,
 }
 
 /// Tunables set by user space before load.

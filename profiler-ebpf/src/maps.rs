@@ -66,6 +66,8 @@ static OFFSETS: Offsets = Offsets {
     filemap_ino: 0,
     filemap_dev: 0,
     filemap_order: 0,
+    task_run_delay: 0,
+    _pad: 0,
 };
 
 #[unsafe(no_mangle)]

@@ -1,18 +1,27 @@
 //! Scheduler accounting from BTF tracepoints: each tracked thread's time is split into
 //! on-CPU, run-queue wait, IO wait and other blocked time, and new threads are followed.
 //!
+//! There is no wake-up program: every wake-up in the system would run it, tracked or not.
+//! An off-CPU period is credited whole to its state (blocked, IO, or run queue when
+//! preempted) at switch-in; its run-queue tail (woken, waiting for a CPU) is moved over at
+//! the thread's next switch-out, from the kernel's own `sched_info.run_delay` counter, which
+//! the scheduler updates just after the switch-in tracepoint.
+//!
 //! At `sched_switch` the current task is `prev`, so `prev`'s identity comes from the helper;
 //! only `next` (and the woken or forked task) needs a read through `task_struct`, at the
 //! offset user space found in BTF.
 use aya_ebpf::{
     EbpfContext,
     helpers::{
-        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel,
+        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns,
+        bpf_probe_read_kernel,
     },
     macros::btf_tracepoint,
     programs::BtfTracePointContext,
 };
-use profiler_common::{Header, OffCpuSample, ThreadExit, ThreadNew, ThreadStats, kind, state};
+use profiler_common::{
+    Header, OffCpuSample, RUN_DELAY_UNKNOWN, ThreadExit, ThreadNew, ThreadStats, kind, state,
+};
 
 use crate::{
     emit::{capture_stack, header, reserve, wakeup_flags},
@@ -25,6 +34,48 @@ const TASK_RUNNING: u64 = 0;
 fn task_u32(task: *const u8, offset: u32) -> u32 {
     // SAFETY: a checked kernel read; a bad pointer yields an error, not a fault.
     unsafe { bpf_probe_read_kernel(task.add(offset as usize) as *const u32) }.unwrap_or(0)
+}
+
+/// Moves the run-queue tail of the thread's last off-CPU period, learned from the growth of
+/// its `run_delay` since its previous switch-out, out of the bucket the period went to.
+/// `task` is the thread's own `task_struct`, current or `prev`.
+#[inline(always)]
+fn settle_run_delay(st: &mut ThreadStats, task: *const u8) {
+    let o = offsets();
+    if o.task_run_delay == 0 {
+        return;
+    }
+    // SAFETY: a checked kernel read.
+    let rd = unsafe { bpf_probe_read_kernel(task.add(o.task_run_delay as usize) as *const u64) }
+        .unwrap_or(0);
+    if st.run_delay_ns != RUN_DELAY_UNKNOWN && rd > st.run_delay_ns {
+        let waited = (rd - st.run_delay_ns).min(st.off_len_ns);
+        if st.off_state == state::IO_WAIT {
+            let mv = waited.min(st.io_wait_ns);
+            st.io_wait_ns -= mv;
+            st.runqueue_ns += mv;
+        } else if st.off_state == state::BLOCKED {
+            let mv = waited.min(st.blocked_ns);
+            st.blocked_ns -= mv;
+            st.runqueue_ns += mv;
+        }
+    }
+    if rd != 0 {
+        st.run_delay_ns = rd;
+    }
+    st.off_state = state::ON_CPU;
+    st.off_len_ns = 0;
+}
+
+/// Ends an off-CPU period at `now` (a switch-in, seen or inferred): credits it to its state
+/// and remembers it for [`settle_run_delay`].
+#[inline(always)]
+fn come_back(st: &mut ThreadStats, tid: u32, now: u64) {
+    end_offcpu(st, tid, now);
+    st.off_state = st.state;
+    st.off_len_ns = now.saturating_sub(st.since_ns);
+    credit(st, now);
+    st.state = state::ON_CPU;
 }
 
 /// Adds the time since `since_ns` to the bucket of the current state. Written as four
@@ -64,12 +115,11 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
         Some(st) => {
             // SAFETY: as above.
             let st = unsafe { &mut *st };
-            if st.state != state::ON_CPU {
-                // A switch-in without a wakeup seen: the wakeup came before we attached.
-                end_offcpu(st, next_tid, now);
+            if st.state == state::ON_CPU {
+                credit(st, now);
+            } else {
+                come_back(st, next_tid, now);
             }
-            credit(st, now);
-            st.state = state::ON_CPU;
             1
         }
         None => 0,
@@ -90,19 +140,22 @@ fn switch_out(
     cpu_last_switch_ns: u64,
 ) {
     if st.state != state::ON_CPU {
-        if cpu_last_switch_ns > st.since_ns && cpu_last_switch_ns < now {
-            credit(st, cpu_last_switch_ns);
-        }
-        st.state = state::ON_CPU;
+        let back = if cpu_last_switch_ns > st.since_ns && cpu_last_switch_ns < now {
+            cpu_last_switch_ns
+        } else {
+            st.since_ns
+        };
+        come_back(st, tid, back);
     }
     credit(st, now);
+    let prev: *const u8 = ctx.arg(1);
+    settle_run_delay(st, prev);
     let preempt = ctx.arg::<u64>(0) & 0xff != 0;
     let prev_state = ctx.arg::<u64>(3) & 0xffff_ffff;
     if preempt || prev_state == TASK_RUNNING {
         st.state = state::RUNQUEUE;
         return;
     }
-    let prev: *const u8 = ctx.arg(1);
     let o = offsets();
     // SAFETY: a checked kernel read of one byte of `prev`.
     let iowait_byte =
@@ -144,34 +197,6 @@ fn end_offcpu(st: &mut ThreadStats, tid: u32, now: u64) {
     }
 }
 
-#[inline(always)]
-fn wakeup(task: *const u8) {
-    let tid = task_u32(task, offsets().task_pid);
-    let Some(st) = THREADS.get_ptr_mut(tid) else {
-        return;
-    };
-    // SAFETY: map values stay valid for the program's run.
-    let st = unsafe { &mut *st };
-    if st.state == state::IO_WAIT || st.state == state::BLOCKED {
-        let now = unsafe { bpf_ktime_get_ns() };
-        end_offcpu(st, tid, now);
-        credit(st, now);
-        st.state = state::RUNQUEUE;
-    }
-}
-
-#[btf_tracepoint(function = "sched_wakeup")]
-pub fn sched_wakeup(ctx: BtfTracePointContext) -> i32 {
-    wakeup(ctx.arg(0));
-    0
-}
-
-#[btf_tracepoint(function = "sched_wakeup_new")]
-pub fn sched_wakeup_new(ctx: BtfTracePointContext) -> i32 {
-    wakeup(ctx.arg(0));
-    0
-}
-
 #[btf_tracepoint(function = "sched_process_fork")]
 pub fn sched_process_fork(ctx: BtfTracePointContext) -> i32 {
     let parent_tid = bpf_get_current_pid_tgid() as u32;
@@ -183,11 +208,13 @@ pub fn sched_process_fork(ctx: BtfTracePointContext) -> i32 {
     let tid = task_u32(child, o.task_pid);
     let tgid = task_u32(child, o.task_tgid);
     let now = unsafe { bpf_ktime_get_ns() };
-    // Not runnable until wake_up_new_task, whose sched_wakeup_new moves it to the run queue.
+    // Not runnable until wake_up_new_task; its wait from there to its first run is in its
+    // run_delay, which starts at zero, when it first switches out.
     let st = ThreadStats {
         tgid,
         state: state::BLOCKED,
         since_ns: now,
+        off_state: state::ON_CPU,
         ..ThreadStats::default()
     };
     let _ = THREADS.insert(tid, st, 0);
@@ -213,6 +240,9 @@ pub fn sched_process_exit(ctx: BtfTracePointContext) -> i32 {
     let st = unsafe { &mut *st };
     let now = unsafe { bpf_ktime_get_ns() };
     credit(st, now);
+    // SAFETY: the helper returns the current task, this thread's own task_struct.
+    let task = unsafe { bpf_get_current_task() } as *const u8;
+    settle_run_delay(st, task);
     if let Some(mut entry) = reserve::<ThreadExit>(kind::THREAD_EXIT) {
         entry.write(ThreadExit {
             header: header(kind::THREAD_EXIT, tid, (pid_tgid >> 32) as u32, now),

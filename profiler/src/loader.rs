@@ -21,10 +21,8 @@ pub struct VerifierRejection {
     pub log: String,
 }
 
-const SCHED: [&str; 6] = [
+const SCHED: [&str; 4] = [
     "sched_switch",
-    "sched_wakeup",
-    "sched_wakeup_new",
     "sched_process_fork",
     "sched_process_exit",
     "sched_process_exec",

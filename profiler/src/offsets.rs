@@ -30,6 +30,17 @@ pub fn read_layout() -> anyhow::Result<Layout> {
         filemap_order: NO_FIELD,
         ..Offsets::default()
     };
+    match btf
+        .member_offset("task_struct", "sched_info")
+        .and_then(|si| {
+            Ok(si.byte_offset() + btf.member_offset("sched_info", "run_delay")?.byte_offset())
+        }) {
+        Ok(off) => o.task_run_delay = off,
+        Err(e) => missing.push((
+            "runqueue_after_wakeup".to_string(),
+            format!("{e}: the run-queue wait after a wake-up is counted as blocked"),
+        )),
+    }
     match btf.member_offset("task_struct", "in_iowait") {
         Ok(m) => {
             o.task_in_iowait_byte = m.byte_offset();

@@ -82,6 +82,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<i32> {
             tid: l.pid,
             pid: l.pid,
             state: profiler_common::state::BLOCKED,
+            run_delay_ns: target::run_delay(l.pid, l.pid),
         }],
         None => target::threads(&tree),
     };
@@ -90,6 +91,8 @@ pub fn run(args: RecordArgs) -> anyhow::Result<i32> {
             tgid: s.pid,
             state: s.state,
             since_ns: start_ns,
+            off_state: profiler_common::state::ON_CPU,
+            run_delay_ns: s.run_delay_ns.unwrap_or(profiler_common::RUN_DELAY_UNKNOWN),
             ..ThreadStats::default()
         };
         threads

@@ -10,6 +10,19 @@ pub struct SeedThread {
     pub pid: u32,
     /// The kernel-side state to start from, from /proc's state letter.
     pub state: u32,
+    /// The kernel's run_delay for the thread now (/proc's schedstat), the baseline of its
+    /// run-queue accounting.
+    pub run_delay_ns: Option<u64>,
+}
+
+/// The second field of /proc/PID/task/TID/schedstat: time spent waiting on a run queue.
+pub fn run_delay(pid: u32, tid: u32) -> Option<u64> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat"))
+        .ok()?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -78,6 +91,7 @@ pub fn threads(pids: &BTreeSet<u32>) -> Vec<SeedThread> {
                 tid: task.tid as u32,
                 pid,
                 state: seed_state(letter),
+                run_delay_ns: run_delay(pid, task.tid as u32),
             });
         }
     }
