@@ -69,7 +69,7 @@ fn write_cuda<W: Write>(a: &Analysis, w: &mut W) -> io::Result<()> {
         let waits: Vec<String> = p
             .wait_ns
             .iter()
-            .map(|(k, ns)| format!("{} {} s", serde_name(k), units::seconds(*ns)))
+            .map(|(k, ns)| format!("{} {} s", k.replace('_', " "), units::seconds(*ns)))
             .collect();
         writeln!(
             w,
@@ -115,13 +115,6 @@ fn write_cuda<W: Write>(a: &Analysis, w: &mut W) -> io::Result<()> {
         }
     }
     Ok(())
-}
-
-fn serde_name<T: serde::Serialize>(v: &T) -> String {
-    serde_json::to_value(v)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_string))
-        .unwrap_or_default()
 }
 
 /// The NCCL ranks and the straggler.

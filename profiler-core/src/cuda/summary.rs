@@ -18,8 +18,10 @@ pub struct ProcessCuda {
     pub pid: u32,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rank: Option<RankInfo>,
-    /// Time inside CUDA calls by what was waited for, ns.
-    pub wait_ns: BTreeMap<WaitKind, u64>,
+    /// Time inside CUDA calls by what was waited for, ns: `copy_calls` (staging or
+    /// synchronous copies), and syncs `after_copy` (a copy queued, kernels maybe behind it),
+    /// `on_collective`, `on_kernels`.
+    pub wait_ns: BTreeMap<&'static str, u64>,
     pub calls: Vec<ApiTotal>,
     pub pinned_copy_bytes: u64,
     pub pageable_copy_bytes: u64,
@@ -57,11 +59,17 @@ pub fn summarize(v: &CudaView) -> CudaSummary<'_> {
         }
     }
     for w in &v.waits {
+        let what = match (w.kind, w.sync) {
+            (WaitKind::PageableCopy | WaitKind::PinnedCopy, false) => "copy_calls",
+            (WaitKind::PageableCopy | WaitKind::PinnedCopy, true) => "sync_after_copy",
+            (WaitKind::Collective, _) => "sync_on_collective",
+            (WaitKind::Kernel, _) => "sync_on_kernels",
+        };
         *procs
             .entry(w.pid)
             .or_default()
             .wait_ns
-            .entry(w.kind)
+            .entry(what)
             .or_default() += w.end_ns - w.start_ns;
     }
     for (pid, l) in &v.launches {
