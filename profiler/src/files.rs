@@ -21,8 +21,7 @@ pub struct FileNames {
 
 /// The CUDA driver library `pid` has mapped, if any: its path in the process's own mount
 /// namespace. PyTorch dlopens it at run time, so this is asked again as the job runs.
-pub fn cuda_library(pid: u32) -> Option<String> {
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+pub fn cuda_library(maps: &str) -> Option<String> {
     maps.lines()
         .filter_map(|l| l.split_whitespace().nth(5))
         .find(|p| {
@@ -36,6 +35,12 @@ pub fn cuda_library(pid: u32) -> Option<String> {
 impl FileNames {
     /// Records the files `pid` has open or mapped now.
     pub fn scan(&mut self, pid: u32) {
+        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+        self.scan_with(pid, &maps);
+    }
+
+    /// As [`Self::scan`], with the process's maps already read.
+    pub fn scan_with(&mut self, pid: u32, maps: &str) {
         let mut paths: Vec<PathBuf> = Vec::new();
         if let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) {
             paths.extend(
@@ -43,14 +48,12 @@ impl FileNames {
                     .filter_map(|e| std::fs::read_link(e.path()).ok()),
             );
         }
-        if let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) {
-            paths.extend(
-                maps.lines()
-                    .filter_map(|l| l.split_whitespace().nth(5))
-                    .filter(|p| p.starts_with('/'))
-                    .map(PathBuf::from),
-            );
-        }
+        paths.extend(
+            maps.lines()
+                .filter_map(|l| l.split_whitespace().nth(5))
+                .filter(|p| p.starts_with('/'))
+                .map(PathBuf::from),
+        );
         for path in paths {
             if !path.is_absolute() {
                 continue;

@@ -96,15 +96,7 @@ fn flamegraph_place(recording: &Path, out: &OutputArgs) -> (PathBuf, String) {
 
 pub fn render(recording: &Path, out: &OutputArgs) -> anyhow::Result<()> {
     let (analysis, load) = load(recording)?;
-    let dir = out
-        .flamegraph_dir
-        .clone()
-        .or_else(|| recording.parent().map(Path::to_path_buf))
-        .unwrap_or_else(|| PathBuf::from("."));
-    let stem = recording
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "stallscope".into());
+    let (dir, stem) = flamegraph_place(recording, out);
     let written = if out.no_flamegraphs {
         Vec::new()
     } else {

@@ -122,14 +122,18 @@ impl Session {
         self.write_all(out)
     }
 
-    fn find_cuda(&mut self, pid: u32) -> anyhow::Result<()> {
-        for r in self.probes.scan(&mut self.ebpf, pid) {
+    /// One read of the process's maps serves the file names, the CUDA probes and the
+    /// driver check.
+    fn scan_process(&mut self, pid: u32) -> anyhow::Result<()> {
+        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+        self.files.scan_with(pid, &maps);
+        for r in self.probes.scan(&mut self.ebpf, pid, &maps) {
             self.writer.write(&r)?;
         }
         if self.cuda.contains(&pid) {
             return Ok(());
         }
-        if let Some(path) = crate::files::cuda_library(pid) {
+        if let Some(path) = crate::files::cuda_library(&maps) {
             self.cuda.insert(pid);
             self.writer.write(&Record::CudaLibrary {
                 ts_ns: monotonic_ns(),
@@ -208,8 +212,7 @@ impl Session {
                             .map(|p| p.iter().copied().collect())
                             .unwrap_or_default();
                         for pid in pids {
-                            self.files.scan(pid);
-                            self.find_cuda(pid)?;
+                            self.scan_process(pid)?;
                         }
                     }
                     if self.tick()? == 0 {

@@ -100,13 +100,11 @@ impl CudaProbes {
 
     /// Probes the CUDA/NCCL libraries `pid` maps that are not probed yet; returns a record for
     /// each newly probed file, and warns about missing functions.
-    pub fn scan(&mut self, ebpf: &mut Ebpf, pid: u32) -> Vec<Record> {
+    /// `maps` is the process's /proc/PID/maps, read once by the caller.
+    pub fn scan(&mut self, ebpf: &mut Ebpf, pid: u32, maps: &str) -> Vec<Record> {
         if !self.available {
             return Vec::new();
         }
-        let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
-            return Vec::new();
-        };
         let mut out = Vec::new();
         let mut paths: Vec<&str> = maps
             .lines()
