@@ -9,8 +9,7 @@ use crate::format::{FormatError, Truncation};
 use crate::fxhash::FxHashMap;
 use crate::model::{
     Analysis, BlockIoSummary, EventCounts, GpuSample, GpuTimeline, PageCacheFileEntry,
-    ProcessSummary, ThreadSummary, TimedBlockIo, TimedCpuSample, TimedEvents, TimedOffCpu,
-    UnavailableSignal,
+    ProcessSummary, ThreadSummary, UnavailableSignal,
 };
 use crate::percentiles::Percentiles;
 use crate::reader::RecordReader;
@@ -29,19 +28,67 @@ pub struct LoadInfo {
     pub records: u64,
 }
 
+/// Records decoded per batch handed from the decoding thread to the analysis.
+const DECODE_BATCH: usize = 1024;
+/// Batches decoded ahead of the analysis.
+const BATCHES_AHEAD: usize = 4;
+
 /// Reads a recording as a stream and analyses it, holding only the model in memory.
-pub fn analyze_reader<R: Read>(r: R) -> Result<(Analysis, LoadInfo), FormatError> {
+pub fn analyze_reader<R: Read + Send>(r: R) -> Result<(Analysis, LoadInfo), FormatError> {
+    let (mut analysis, info) = load_reader(r)?;
+    analysis.attribution = crate::attribution::attribute(&analysis);
+    Ok((analysis, info))
+}
+
+/// [`analyze_reader`] short of the attribution, for a caller with other work to do while
+/// [`crate::attribution::attribute`] runs.
+///
+/// Decoding runs on a thread of its own, a few batches ahead of the analysis: on a long
+/// recording the two take about as long, so a second core halves the wait.
+pub fn load_reader<R: Read + Send>(r: R) -> Result<(Analysis, LoadInfo), FormatError> {
     let mut reader = RecordReader::new(r)?;
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<Record>>(BATCHES_AHEAD);
     let mut analyzer = Analyzer::new();
-    while let Some(record) = reader.next_record()? {
-        analyzer.push(record);
-    }
+    let decoded = std::thread::scope(|scope| {
+        let decode = move || -> Result<RecordReader<R>, FormatError> {
+            loop {
+                let mut batch = Vec::with_capacity(DECODE_BATCH);
+                while batch.len() < DECODE_BATCH {
+                    match reader.next_record()? {
+                        Some(record) => batch.push(record),
+                        None => break,
+                    }
+                }
+                let last = batch.len() < DECODE_BATCH;
+                if tx.send(batch).is_err() || last {
+                    return Ok(reader);
+                }
+            }
+        };
+        let decoder = std::thread::Builder::new()
+            .name("decode".into())
+            .spawn_scoped(scope, decode);
+        match decoder {
+            Ok(decoder) => {
+                for batch in rx {
+                    for record in batch {
+                        analyzer.push(record);
+                    }
+                }
+                decoder
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            }
+            Err(e) => Err(FormatError::Io(e)),
+        }
+    });
+    let reader = decoded?;
     let info = LoadInfo {
         truncated: reader.truncation(),
         unknown_records: reader.unknown_records(),
         records: reader.records_read(),
     };
-    Ok((analyzer.finish(), info))
+    Ok((analyzer.finish_unattributed(), info))
 }
 
 /// Analyses records already in memory (or any other iterator of them).
@@ -87,7 +134,7 @@ pub struct Analyzer {
     unavailable: Vec<UnavailableSignal>,
     timeline: TimelineBuilder,
     gpus: BTreeMap<u32, GpuAcc>,
-    timed: TimedEvents,
+    timed: crate::timed::TimedEvents,
     cpus: u32,
     cuda_processes: BTreeMap<u32, String>,
     cuda_calls: Vec<crate::record::CudaCall>,
@@ -185,7 +232,7 @@ impl Analyzer {
                 // The thread joins `threads` in `finish`: one map probe less per sample.
                 self.seen_ts(ts_ns);
                 self.samples.cpu_sample(tid, pid, stack);
-                self.timed.cpu.push(TimedCpuSample { ts_ns, tid, stack });
+                self.timed.cpu_sample(ts_ns, tid, stack);
             }
             Record::OffCpuSample {
                 ts_ns,
@@ -198,13 +245,8 @@ impl Analyzer {
                 self.seen_ts(ts_ns);
                 self.samples
                     .off_cpu_sample(tid, pid, stack, io, duration_ns);
-                self.timed.off_cpu.push(TimedOffCpu {
-                    ts_ns,
-                    duration_ns,
-                    tid,
-                    stack,
-                    io,
-                });
+                self.timed
+                    .off_cpu_sample(ts_ns, tid, stack, io, duration_ns);
             }
             Record::BlockIo {
                 ts_ns,
@@ -224,14 +266,9 @@ impl Analyzer {
                 } else {
                     t.blk_read_bytes = t.blk_read_bytes.saturating_add(bytes);
                 }
-                t.blk_latency.record(queue_ns.saturating_add(service_ns));
-                self.timed.block_io.push(TimedBlockIo {
-                    ts_ns,
-                    tid,
-                    write,
-                    bytes,
-                    latency_ns: queue_ns.saturating_add(service_ns),
-                });
+                let latency_ns = queue_ns.saturating_add(service_ns);
+                t.blk_latency.record(latency_ns);
+                self.timed.block_io(ts_ns, tid, write, bytes, latency_ns);
             }
             Record::PageCacheFile {
                 tid,
@@ -351,7 +388,14 @@ impl Analyzer {
     }
 
     /// The finished model.
-    pub fn finish(mut self) -> Analysis {
+    pub fn finish(self) -> Analysis {
+        let mut analysis = self.finish_unattributed();
+        analysis.attribution = crate::attribution::attribute(&analysis);
+        analysis
+    }
+
+    /// The finished model, with `attribution` left `None`.
+    pub fn finish_unattributed(mut self) -> Analysis {
         for (tid, pid) in self.samples.sampled_threads() {
             self.threads.entry(tid).or_insert_with(|| ThreadAcc {
                 pid,
@@ -388,16 +432,8 @@ impl Analyzer {
             .fold(0u64, |sum, e| sum.saturating_add(e.attempted));
         let gpus = finish_gpus(self.gpus);
         let mut timed = self.timed;
-        // Records arrive almost in time order; an in-place sort needs no buffer of half the
-        // list, which for an hour of samples is tens of megabytes.
-        timed
-            .cpu
-            .sort_unstable_by_key(|s| (s.ts_ns, s.tid, s.stack));
-        timed
-            .off_cpu
-            .sort_unstable_by_key(|s| (s.ts_ns, s.tid, s.stack));
-        timed.block_io.sort_unstable_by_key(|s| (s.ts_ns, s.tid));
-        let mut analysis = Analysis {
+        timed.finish();
+        Analysis {
             meta: self.meta,
             start_ns,
             duration_ns: end_ns - start_ns,
@@ -429,9 +465,7 @@ impl Analyzer {
                 )
             },
             attribution: None,
-        };
-        analysis.attribution = crate::attribution::attribute(&analysis);
-        analysis
+        }
     }
 }
 

@@ -3,23 +3,22 @@
 //! Every stack is prefixed with `{process comm} ({pid})` and `{thread comm} ({tid})` frames, so a
 //! flame graph splits first by process, then by thread. Off-CPU stacks add an `[io]` or
 //! `[blocked]` frame after the thread and count microseconds of scaled off-CPU time.
-use std::collections::BTreeMap;
 use std::io::{self, Write};
 
 use inferno::flamegraph;
 
-use crate::attribution::{Cause, evidence::in_window, evidence::relevant};
+use crate::attribution::{Attribution, Cause, evidence::relevant};
 use crate::model::Analysis;
+use crate::timed::TimedEvents;
 
 /// On-CPU stacks; the count is samples. Sorted, one entry per distinct stack.
 pub fn on_cpu_folded(a: &Analysis) -> Vec<String> {
     let mut paths = Paths::new(a);
-    let mut folded: BTreeMap<String, u64> = BTreeMap::new();
-    for s in &a.cpu_samples {
-        let stack = paths.path(s.tid, s.pid, None, s.stack);
-        let count = folded.entry(stack).or_default();
-        *count = count.saturating_add(s.samples);
-    }
+    let folded = a
+        .cpu_samples
+        .iter()
+        .map(|s| (paths.path(s.tid, s.pid, None, s.stack), s.samples))
+        .collect();
     into_lines(folded)
 }
 
@@ -27,24 +26,26 @@ pub fn on_cpu_folded(a: &Analysis) -> Vec<String> {
 /// per distinct stack; stacks under half a microsecond are left out.
 pub fn off_cpu_folded(a: &Analysis) -> Vec<String> {
     let mut paths = Paths::new(a);
-    let mut folded: BTreeMap<String, u64> = BTreeMap::new();
-    for s in &a.off_cpu {
-        let state = if s.io { "[io]" } else { "[blocked]" };
-        let stack = paths.path(s.tid, s.pid, Some(state), s.stack);
-        let ns = folded.entry(stack).or_default();
-        *ns = ns.saturating_add(s.scaled_ns);
-    }
-    let micros = folded
-        .into_iter()
-        .map(|(stack, ns)| (stack, ns.saturating_add(500) / 1000))
+    let folded = a
+        .off_cpu
+        .iter()
+        .map(|s| {
+            let state = if s.io { "[io]" } else { "[blocked]" };
+            (paths.path(s.tid, s.pid, Some(state), s.stack), s.scaled_ns)
+        })
         .collect();
-    into_lines(micros)
+    let mut lines = merge_paths(folded);
+    for (_, ns) in &mut lines {
+        *ns = ns.saturating_add(500) / 1000;
+    }
+    with_counts(lines)
 }
 
 /// Writes folded lines, one per line.
 pub fn write_folded<W: Write>(lines: &[String], mut w: W) -> io::Result<()> {
     for line in lines {
-        writeln!(w, "{line}")?;
+        w.write_all(line.as_bytes())?;
+        w.write_all(b"\n")?;
     }
     Ok(())
 }
@@ -58,6 +59,16 @@ pub fn flamegraph_svg<W: Write>(
     count_name: &str,
     w: W,
 ) -> io::Result<()> {
+    render_svg(lines, title, count_name, w, true)
+}
+
+fn render_svg<W: Write>(
+    lines: &[String],
+    title: &str,
+    count_name: &str,
+    w: W,
+    prune: bool,
+) -> io::Result<()> {
     if lines.is_empty() {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
@@ -69,6 +80,12 @@ pub fn flamegraph_svg<W: Write>(
     options.count_name = count_name.to_owned();
     options.hash = true;
     options.deterministic = true;
+    let drawable = prune
+        .then(|| crate::flame_prune::drawable(lines, options.min_width))
+        .flatten();
+    let lines = drawable.as_deref().unwrap_or(lines);
+    // inferno checks the order of the lines it is told are sorted, after trimming them.
+    options.no_sort = lines.windows(2).all(|w| w[0].trim() <= w[1].trim());
     flamegraph::from_lines(&mut options, lines.iter().map(String::as_str), w)
 }
 
@@ -82,11 +99,35 @@ pub fn off_cpu_svg<W: Write>(a: &Analysis, w: W) -> io::Result<()> {
     flamegraph_svg(&off_cpu_folded(a), "Off-CPU", "us", w)
 }
 
-fn into_lines(folded: BTreeMap<String, u64>) -> Vec<String> {
+/// Sorted folded lines from (path, count) pairs: equal paths add up, zero counts go.
+fn into_lines(folded: Vec<(String, u64)>) -> Vec<String> {
+    with_counts(merge_paths(folded))
+}
+
+/// Sorts by path and adds up the counts of equal paths: two stack ids can symbolize to the
+/// same frames.
+fn merge_paths(mut folded: Vec<(String, u64)>) -> Vec<(String, u64)> {
+    folded.sort_unstable_by(|x, y| x.0.cmp(&y.0));
+    folded.dedup_by(|later, kept| {
+        if later.0 != kept.0 {
+            return false;
+        }
+        kept.1 = kept.1.saturating_add(later.1);
+        true
+    });
+    folded
+}
+
+/// Appends each count to its path, in place, and drops zero counts.
+fn with_counts(folded: Vec<(String, u64)>) -> Vec<String> {
     folded
         .into_iter()
         .filter(|(_, count)| *count > 0)
-        .map(|(stack, count)| format!("{stack} {count}"))
+        .map(|(mut path, count)| {
+            use std::fmt::Write as _;
+            let _ = write!(path, " {count}");
+            path
+        })
         .collect()
 }
 
@@ -95,17 +136,22 @@ fn into_lines(folded: BTreeMap<String, u64>) -> Vec<String> {
 struct Paths<'a> {
     a: &'a Analysis,
     joined: crate::fxhash::FxHashMap<u32, String>,
+    prefixes: crate::fxhash::FxHashMap<(u32, u32, Option<&'static str>), String>,
 }
+
+/// Room for the count appended to a path, so that appending it does not move the line.
+const COUNT_ROOM: usize = 21;
 
 impl<'a> Paths<'a> {
     fn new(a: &'a Analysis) -> Self {
         Self {
             a,
             joined: Default::default(),
+            prefixes: Default::default(),
         }
     }
 
-    fn path(&mut self, tid: u32, pid: u32, state: Option<&str>, stack: u32) -> String {
+    fn path(&mut self, tid: u32, pid: u32, state: Option<&'static str>, stack: u32) -> String {
         let a = self.a;
         let frames = self
             .joined
@@ -121,17 +167,22 @@ impl<'a> Paths<'a> {
                 }
                 None => format!(";[unknown stack {stack}]"),
             });
-        let process_comm = a.processes.get(&pid).map_or("", |p| p.comm.as_str());
-        let thread_comm = a.threads.get(&tid).map_or("", |t| t.comm.as_str());
-        let mut path = format!(
-            "{} ({pid});{} ({tid})",
-            sanitize(or_unknown(process_comm)),
-            sanitize(or_unknown(thread_comm))
-        );
-        if let Some(state) = state {
-            path.push(';');
-            path.push_str(state);
-        }
+        let prefix = self.prefixes.entry((tid, pid, state)).or_insert_with(|| {
+            let process_comm = a.processes.get(&pid).map_or("", |p| p.comm.as_str());
+            let thread_comm = a.threads.get(&tid).map_or("", |t| t.comm.as_str());
+            let mut prefix = format!(
+                "{} ({pid});{} ({tid})",
+                sanitize(or_unknown(process_comm)),
+                sanitize(or_unknown(thread_comm))
+            );
+            if let Some(state) = state {
+                prefix.push(';');
+                prefix.push_str(state);
+            }
+            prefix
+        });
+        let mut path = String::with_capacity(prefix.len() + frames.len() + COUNT_ROOM);
+        path.push_str(prefix);
         path.push_str(frames);
         path
     }
@@ -166,8 +217,41 @@ fn sanitize(frame: &str) -> std::borrow::Cow<'_, str> {
 /// inside the windows labelled with it. `disk` uses off-CPU IO stacks weighted in
 /// microseconds; the others on-CPU samples. The second value is the count's unit.
 pub fn cause_folded(a: &Analysis, cause: Cause) -> (Vec<String>, &'static str) {
-    let Some(attr) = &a.attribution else {
-        return (Vec::new(), "samples");
+    cause_lines(a, &cause_stacks(&a.timed, a.attribution.as_ref(), cause))
+}
+
+/// One cause's samples summed per thread and stack, before any text is built: all a cause's
+/// flame graph needs of the timed samples, so those can be freed before rendering.
+#[derive(Clone, Debug)]
+pub struct CauseStacks {
+    cause: Cause,
+    /// (tid, stack, samples or IO-wait ns), relevant threads only.
+    totals: Vec<(u32, u32, u64)>,
+}
+
+impl CauseStacks {
+    pub fn cause(&self) -> Cause {
+        self.cause
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.totals.is_empty()
+    }
+}
+
+/// `timed` and `attribution` are those of the analysis, held apart from it (see
+/// [`crate::attribution::attribute_with`]).
+pub fn cause_stacks(
+    timed: &TimedEvents,
+    attribution: Option<&Attribution>,
+    cause: Cause,
+) -> CauseStacks {
+    let mut out = CauseStacks {
+        cause,
+        totals: Vec::new(),
+    };
+    let Some(attr) = attribution else {
+        return out;
     };
     let mut windows: Vec<(u64, u64)> = attr
         .gpus
@@ -185,43 +269,56 @@ pub fn cause_folded(a: &Analysis, cause: Cause) -> (Vec<String>, &'static str) {
             _ => merged.push((start, end)),
         }
     }
-    // Sum per (tid, stack) first and build each stack's text once: formatting a path per
-    // sample was most of a long recording's report time.
-    let mut totals: crate::fxhash::FxHashMap<(u32, u32), u64> = Default::default();
+    // Millions of samples, thousands of distinct (thread, stack) pairs: sum into dense
+    // per-thread arrays, and ask about each thread's role once.
+    let mut by_thread: crate::fxhash::FxHashMap<u32, crate::samples::StackTotals> =
+        Default::default();
+    let mut budget = crate::samples::DENSE_CELL_BUDGET;
+    let mut add = |tid: u32, stack: u32, value: u64| {
+        by_thread
+            .entry(tid)
+            .or_default()
+            .add(stack, value, &mut budget);
+    };
     for (start, end) in merged {
         if cause == Cause::Disk {
-            for s in in_window(&a.timed.off_cpu, |s| s.ts_ns, start, end) {
-                if s.io {
-                    *totals.entry((s.tid, s.stack)).or_default() += s.duration_ns;
-                }
+            for s in timed.io_wait_in(start, end) {
+                add(s.tid, s.stack, s.duration_ns);
             }
         } else {
-            for s in in_window(&a.timed.cpu, |s| s.ts_ns, start, end) {
-                if relevant(&attr.roles, cause, s.tid) {
-                    *totals.entry((s.tid, s.stack)).or_default() += 1;
-                }
+            for s in timed.cpu_in(start, end) {
+                add(s.tid, s.stack, 1);
             }
         }
     }
+    for (tid, totals) in by_thread {
+        if relevant(&attr.roles, cause, tid) {
+            out.totals
+                .extend(totals.into_totals().map(|(stack, v)| (tid, stack, v)));
+        }
+    }
+    out
+}
+
+/// Folded lines of one cause's stacks, and the count's unit.
+pub fn cause_lines(a: &Analysis, stacks: &CauseStacks) -> (Vec<String>, &'static str) {
+    let disk = stacks.cause == Cause::Disk;
     let pid_of = |tid: u32| a.threads.get(&tid).map_or(0, |t| t.pid);
     let mut paths = Paths::new(a);
-    let mut folded: BTreeMap<String, u64> = BTreeMap::new();
-    for ((tid, stack), total) in totals {
-        let (state, value) = if cause == Cause::Disk {
-            (Some("[io]"), total.saturating_add(500) / 1000)
-        } else {
-            (None, total)
-        };
-        *folded
-            .entry(paths.path(tid, pid_of(tid), state, stack))
-            .or_default() += value;
+    let state = disk.then_some("[io]");
+    let folded = stacks
+        .totals
+        .iter()
+        .map(|&(tid, stack, total)| (paths.path(tid, pid_of(tid), state, stack), total))
+        .collect();
+    let mut folded = merge_paths(folded);
+    if disk {
+        for (_, ns) in &mut folded {
+            *ns = ns.saturating_add(500) / 1000;
+        }
     }
-    let unit = if cause == Cause::Disk {
-        "us"
-    } else {
-        "samples"
-    };
-    (into_lines(folded), unit)
+    let unit = if disk { "us" } else { "samples" };
+    (with_counts(folded), unit)
 }
 
 #[cfg(test)]
@@ -233,6 +330,56 @@ mod tests {
         assert_eq!(sanitize("f<[u8; 8]>"), "f<[u8: 8]>");
         assert_eq!(sanitize("a\nb"), "a b");
         assert_eq!(sanitize(""), "[empty]");
+    }
+
+    #[test]
+    fn pruned_input_draws_the_same_svg() {
+        // Skewed counts over a branching tree: a few wide frames over a long tail of narrow
+        // ones, the shape of a real profile. Names that are prefixes of others (`f1`, `f10`)
+        // are left out: inferno splits such a frame when lines end inside it, and cut lines
+        // can make it whole again.
+        let mut lines = Vec::new();
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        for i in 0..4000u64 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let count =
+                1 + (seed % 1000).pow(4) / 10_000_000_000 + if i % 97 == 0 { 50_000 } else { 0 };
+            let frames: Vec<String> = (0..(3 + i % 9))
+                .map(|d| format!("m{}::f{:03}", d % 3, (i * 7 + d * d) % (4 + d * 11)))
+                .collect();
+            lines.push((format!("p (1);t ({});{}", i % 3, frames.join(";")), count));
+        }
+        let lines = into_lines(lines);
+        let pruned = crate::flame_prune::drawable(&lines, flamegraph::Options::default().min_width);
+        let pruned = pruned.map_or(0, |p| p.len());
+        assert!(
+            pruned > 0 && pruned * 2 < lines.len(),
+            "{pruned} of {} lines",
+            lines.len()
+        );
+        let render = |prune| {
+            let mut out = Vec::new();
+            render_svg(&lines, "t", "samples", &mut out, prune).unwrap();
+            String::from_utf8(out).unwrap()
+        };
+        let drawn = |prune| {
+            let svg = render(prune);
+            let mut titles: Vec<String> = svg
+                .split("<title>")
+                .skip(1)
+                .filter_map(|t| t.split("</title>").next())
+                .map(str::to_owned)
+                .collect();
+            titles.sort();
+            titles
+        };
+        let (pruned, whole) = (drawn(true), drawn(false));
+        assert!(whole.len() > 100, "{} frames drawn", whole.len());
+        assert_eq!(pruned, whole, "the same frames, with the same widths");
+        // No name here is a prefix of another, so nothing can trade places either.
+        assert!(render(true) == render(false), "the same SVG");
     }
 
     #[test]

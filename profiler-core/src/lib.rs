@@ -4,6 +4,7 @@
 //! without root, eBPF or a GPU. The flow is [`RecordingWriter`] → file → [`analyze_reader`] →
 //! [`Analysis`] → [`report_text`], [`report_json`] or [`folded`].
 pub mod analyze;
+mod flame_prune;
 pub mod folded;
 pub mod format;
 mod fxhash;
@@ -17,10 +18,11 @@ pub mod report_json;
 pub mod report_text;
 pub mod samples;
 mod table;
+pub mod timed;
 pub mod timeline;
 mod units;
 
-pub use analyze::{Analyzer, LoadInfo, analyze, analyze_reader};
+pub use analyze::{Analyzer, LoadInfo, analyze, analyze_reader, load_reader};
 pub use format::{FormatError, RecordingWriter, Truncation};
 pub use model::Analysis;
 pub use reader::{RecordReader, Recording, read_recording};

@@ -45,8 +45,8 @@ pub struct Analysis {
     pub timeline: Vec<TickSlice>,
     /// GPUs by NVML index, with their utilization samples.
     pub gpus: BTreeMap<u32, GpuTimeline>,
-    /// Samples and IOs with their times, in time order: the evidence attribution draws on.
-    pub timed: TimedEvents,
+    /// Samples and IOs with their times: the evidence attribution draws on.
+    pub timed: crate::timed::TimedEvents,
     /// CPUs on the recording host; 0 when the recording does not say.
     pub cpus: u32,
     /// Processes that mapped the CUDA driver library, with its path.
@@ -86,39 +86,6 @@ impl GpuSample {
         let idle_pct = 100u64.saturating_sub(u64::from(self.util_pct.min(100)));
         self.period_ns * idle_pct / 100
     }
-}
-
-/// Timestamped evidence, each list sorted by `ts_ns`.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct TimedEvents {
-    pub cpu: Vec<TimedCpuSample>,
-    pub off_cpu: Vec<TimedOffCpu>,
-    pub block_io: Vec<TimedBlockIo>,
-}
-
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct TimedCpuSample {
-    pub ts_ns: u64,
-    pub tid: u32,
-    pub stack: u32,
-}
-
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct TimedOffCpu {
-    pub ts_ns: u64,
-    pub duration_ns: u64,
-    pub tid: u32,
-    pub stack: u32,
-    pub io: bool,
-}
-
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct TimedBlockIo {
-    pub ts_ns: u64,
-    pub tid: u32,
-    pub write: bool,
-    pub bytes: u64,
-    pub latency_ns: u64,
 }
 
 /// One thread over the whole recording.

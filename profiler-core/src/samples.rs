@@ -14,19 +14,19 @@ use crate::model::{CpuStackSamples, OffCpuStackTime};
 /// past it, totals go to hash maps. Recorders intern stacks with small sequential ids, so
 /// dense arrays are the common case: a sample is then one array increment instead of a hash
 /// probe into a table too large for cache, which was most of the analysis time.
-const DENSE_CELL_BUDGET: usize = 2 << 20;
+pub(crate) const DENSE_CELL_BUDGET: usize = 2 << 20;
 /// Larger ids always use the map, so one stray id cannot spend the whole budget at once.
 const DENSE_MAX_STACK: usize = 1 << 16;
 
 /// Per-stack totals of one thread and one kind of sample.
 #[derive(Debug, Default)]
-struct StackTotals {
+pub(crate) struct StackTotals {
     dense: Vec<u64>,
     sparse: FxHashMap<u32, u64>,
 }
 
 impl StackTotals {
-    fn add(&mut self, stack: u32, value: u64, budget: &mut usize) {
+    pub(crate) fn add(&mut self, stack: u32, value: u64, budget: &mut usize) {
         let idx = stack as usize;
         if idx >= self.dense.len() {
             let growth = idx + 1 - self.dense.len();
@@ -42,7 +42,7 @@ impl StackTotals {
     }
 
     /// Non-zero totals, in no particular order.
-    fn into_totals(self) -> impl Iterator<Item = (u32, u64)> {
+    pub(crate) fn into_totals(self) -> impl Iterator<Item = (u32, u64)> {
         let dense = self.dense.into_iter().enumerate();
         let dense = dense.filter_map(|(idx, total)| Some((u32::try_from(idx).ok()?, total)));
         dense.chain(self.sparse).filter(|&(_, total)| total > 0)

@@ -3,19 +3,20 @@
 //! file, so a live run and a later `report` print the same thing.
 use std::{
     fs::File,
-    io::{BufReader, BufWriter, Write},
+    io::{BufWriter, Write},
     path::{Path, PathBuf},
 };
 
 use anyhow::Context as _;
-use profiler_core::{analyze_reader, attribution::Cause, folded, report_json, report_text};
+use profiler_core::{Analysis, attribution::Cause, folded, load_reader, report_json, report_text};
 
 use crate::{cli::OutputArgs, owner};
 
-fn load(recording: &Path) -> anyhow::Result<(profiler_core::Analysis, profiler_core::LoadInfo)> {
+/// The recording's analysis, not yet attributed.
+fn load(recording: &Path) -> anyhow::Result<(Analysis, profiler_core::LoadInfo)> {
     let file = File::open(recording)
         .with_context(|| format!("cannot open recording {}", recording.display()))?;
-    let (analysis, load) = analyze_reader(BufReader::new(file))
+    let (analysis, load) = load_reader(file)
         .with_context(|| format!("cannot read recording {}", recording.display()))?;
     if let Some(t) = &load.truncated {
         eprintln!(
@@ -37,12 +38,9 @@ pub fn render_many(recordings: &[PathBuf], out: &OutputArgs) -> anyhow::Result<(
     }
     let mut loaded = Vec::new();
     for r in recordings {
-        let (analysis, load) = load(r)?;
-        if !out.no_flamegraphs {
-            let (dir, stem) = flamegraph_place(r, out);
-            for p in write_flamegraphs(&analysis, &dir, &stem)? {
-                eprintln!("stallscope: wrote {}", p.display());
-            }
+        let (mut analysis, load) = load(r)?;
+        for p in attribute_and_draw(&mut analysis, r, out)? {
+            eprintln!("stallscope: wrote {}", p.display());
         }
         loaded.push((r, analysis, load));
     }
@@ -95,13 +93,8 @@ fn flamegraph_place(recording: &Path, out: &OutputArgs) -> (PathBuf, String) {
 }
 
 pub fn render(recording: &Path, out: &OutputArgs) -> anyhow::Result<()> {
-    let (analysis, load) = load(recording)?;
-    let (dir, stem) = flamegraph_place(recording, out);
-    let written = if out.no_flamegraphs {
-        Vec::new()
-    } else {
-        write_flamegraphs(&analysis, &dir, &stem)?
-    };
+    let (mut analysis, load) = load(recording)?;
+    let written = attribute_and_draw(&mut analysis, recording, out)?;
 
     let stdout = std::io::stdout();
     let mut stdout = stdout.lock();
@@ -115,57 +108,160 @@ pub fn render(recording: &Path, out: &OutputArgs) -> anyhow::Result<()> {
     for p in written {
         eprintln!("stallscope: wrote {}", p.display());
     }
+    // Freeing an hour's model piece by piece takes a tenth of a second; the process is about
+    // to exit and the OS takes it back at once.
+    std::mem::forget(analysis);
     Ok(())
 }
 
-fn write_flamegraphs(
-    analysis: &profiler_core::Analysis,
+/// Attributes the GPU idle time and, unless told not to, writes the flame graphs and folded
+/// stacks, returning their paths.
+fn attribute_and_draw(
+    analysis: &mut Analysis,
+    recording: &Path,
+    out: &OutputArgs,
+) -> anyhow::Result<Vec<PathBuf>> {
+    if out.no_flamegraphs {
+        analysis.attribution = profiler_core::attribution::attribute(analysis);
+        return Ok(Vec::new());
+    }
+    let (dir, stem) = flamegraph_place(recording, out);
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let timed = std::mem::take(&mut analysis.timed);
+    let (attribution, written) = draw_while_attributing(analysis, timed, &dir, &stem);
+    analysis.attribution = attribution;
+    written
+}
+
+/// Flame graphs rendered at once, at most: each holds its folded stacks, tens of megabytes for
+/// a long recording, while it renders.
+const RENDER_THREADS: usize = 2;
+
+type Fold<'a> = Box<dyn FnOnce() -> (Vec<String>, &'static str) + Send + 'a>;
+
+/// One flame graph to draw: file name part, title, and how to get its folded lines.
+struct Graph<'a> {
+    name: String,
+    title: String,
+    fold: Fold<'a>,
+}
+
+/// The on- and off-CPU graphs need no attribution, so they render while it runs; each cause's
+/// graph follows as soon as its stacks are summed. Graphs come out in a fixed order whatever
+/// thread drew them.
+fn draw_while_attributing(
+    analysis: &Analysis,
+    timed: profiler_core::timed::TimedEvents,
     dir: &Path,
     stem: &str,
-) -> anyhow::Result<Vec<PathBuf>> {
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    // One set at a time: a long recording's folded stacks run to tens of megabytes each.
-    type Fold<'a> = Box<dyn Fn() -> (Vec<String>, &'static str) + 'a>;
-    let mut sets: Vec<(String, &str, Fold<'_>)> = vec![
-        (
-            "oncpu".into(),
-            "On-CPU",
-            Box::new(|| (folded::on_cpu_folded(analysis), "samples")),
-        ),
-        (
-            "offcpu".into(),
-            "Off-CPU",
-            Box::new(|| (folded::off_cpu_folded(analysis), "us")),
-        ),
-    ];
-    for cause in Cause::ALL {
-        sets.push((
-            format!("cause-{}", cause.name()),
-            cause.name(),
-            Box::new(move || folded::cause_folded(analysis, cause)),
-        ));
-    }
-    let mut written = Vec::new();
-    for (name, title, fold) in sets {
-        let (lines, unit) = fold();
-        if lines.is_empty() {
-            continue;
+) -> (
+    Option<profiler_core::attribution::Attribution>,
+    anyhow::Result<Vec<PathBuf>>,
+) {
+    let a = analysis;
+    let (tx, rx) = std::sync::mpsc::channel::<(usize, Graph<'_>)>();
+    let rx = std::sync::Mutex::new(rx);
+    let results = std::sync::Mutex::new(std::collections::BTreeMap::new());
+    let draw = || {
+        loop {
+            let next = match rx.lock() {
+                Ok(rx) => rx.recv(),
+                Err(_) => break,
+            };
+            let Ok((i, graph)) = next else {
+                break;
+            };
+            let done = write_graph(dir, stem, graph);
+            if let Ok(mut results) = results.lock() {
+                results.insert(i, done);
+            }
         }
-        let folded_path = dir.join(format!("{stem}.{name}.folded"));
-        let mut w = BufWriter::new(owner::create_private(&folded_path)?);
-        folded::write_folded(&lines, &mut w)?;
-        w.flush()?;
-        written.push(folded_path);
-        let svg_path = dir.join(format!("{stem}.{name}.svg"));
-        let mut w = BufWriter::new(owner::create_private(&svg_path)?);
-        let title = if name.starts_with("cause-") {
-            format!("GPU idle time: {title}")
-        } else {
-            title.to_string()
-        };
-        folded::flamegraph_svg(&lines, &title, unit, &mut w)?;
-        w.flush()?;
-        written.push(svg_path);
+    };
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, RENDER_THREADS);
+    let attribution = std::thread::scope(|scope| {
+        let plain: [(&str, &str, Fold<'_>); 2] = [
+            (
+                "oncpu",
+                "On-CPU",
+                Box::new(|| (folded::on_cpu_folded(a), "samples")),
+            ),
+            (
+                "offcpu",
+                "Off-CPU",
+                Box::new(|| (folded::off_cpu_folded(a), "us")),
+            ),
+        ];
+        for (i, (name, title, fold)) in plain.into_iter().enumerate() {
+            let graph = Graph {
+                name: name.into(),
+                title: title.into(),
+                fold,
+            };
+            let _ = tx.send((i, graph));
+        }
+        for _ in 1..threads {
+            // Without another thread, this one draws everything once the causes are queued.
+            let _ = std::thread::Builder::new()
+                .name("flamegraph".into())
+                .spawn_scoped(scope, draw);
+        }
+        let attribution = profiler_core::attribution::attribute_with(a, &timed);
+        let causes: Vec<folded::CauseStacks> = Cause::ALL
+            .iter()
+            .map(|&cause| folded::cause_stacks(&timed, attribution.as_ref(), cause))
+            .collect();
+        // Nothing reads the timed samples after this: the graphs still to come reuse their
+        // memory.
+        drop(timed);
+        #[cfg(target_env = "gnu")]
+        // SAFETY: malloc_trim only releases free heap pages; it has no preconditions.
+        unsafe {
+            libc::malloc_trim(0);
+        }
+        for (k, stacks) in causes.into_iter().enumerate() {
+            let cause = stacks.cause();
+            if stacks.is_empty() {
+                continue;
+            }
+            let graph = Graph {
+                name: format!("cause-{}", cause.name()),
+                title: format!("GPU idle time: {}", cause.name()),
+                fold: Box::new(move || folded::cause_lines(a, &stacks)),
+            };
+            let _ = tx.send((2 + k, graph));
+        }
+        drop(tx);
+        draw();
+        attribution
+    });
+    let written = results
+        .into_inner()
+        .map_err(|_| anyhow::anyhow!("a flame graph thread panicked"))
+        .and_then(|results| {
+            let mut written = Vec::new();
+            for done in results.into_values() {
+                written.extend(done?);
+            }
+            Ok(written)
+        });
+    (attribution, written)
+}
+
+fn write_graph(dir: &Path, stem: &str, graph: Graph<'_>) -> anyhow::Result<Vec<PathBuf>> {
+    let Graph { name, title, fold } = graph;
+    let (lines, unit) = fold();
+    if lines.is_empty() {
+        return Ok(Vec::new());
     }
-    Ok(written)
+    let folded_path = dir.join(format!("{stem}.{name}.folded"));
+    let mut w = BufWriter::new(owner::create_private(&folded_path)?);
+    folded::write_folded(&lines, &mut w)?;
+    w.flush()?;
+    let svg_path = dir.join(format!("{stem}.{name}.svg"));
+    let mut w = BufWriter::new(owner::create_private(&svg_path)?);
+    folded::flamegraph_svg(&lines, &title, unit, &mut w)?;
+    w.flush()?;
+    Ok(vec![folded_path, svg_path])
 }

@@ -89,12 +89,21 @@ fn metric(cause: Cause, t: &ThreadEvidence) -> u64 {
     }
 }
 
-pub fn gather(a: &Analysis, roles: &Roles, cause: Cause, start: u64, end: u64) -> Evidence {
+pub fn gather(
+    a: &Analysis,
+    timed: &crate::timed::TimedEvents,
+    roles: &Roles,
+    cause: Cause,
+    start: u64,
+    end: u64,
+) -> Evidence {
     let mut per_thread: BTreeMap<u32, ThreadEvidence> = BTreeMap::new();
-    for slice in a
-        .timeline
+    // Slices are in time order and do not overlap.
+    let first = a.timeline.partition_point(|s| s.end_ns <= start);
+    for slice in a.timeline[first..]
         .iter()
-        .filter(|s| s.end_ns > start && s.start_ns < end)
+        .take_while(|s| s.start_ns < end)
+        .filter(|s| s.end_ns > start)
     {
         let len = slice.end_ns.saturating_sub(slice.start_ns).max(1);
         let overlap = end
@@ -129,36 +138,40 @@ pub fn gather(a: &Analysis, roles: &Roles, cause: Cause, start: u64, end: u64) -
     });
     threads.truncate(TOP_THREADS);
 
-    let mut weights: BTreeMap<u32, u64> = BTreeMap::new();
+    let mut weights: crate::fxhash::FxHashMap<u32, u64> = Default::default();
     let unit = if cause == Cause::Disk {
-        for s in in_window(&a.timed.off_cpu, |s| s.ts_ns, start, end) {
-            if s.io {
-                *weights.entry(s.stack).or_default() += s.duration_ns;
-            }
+        for s in timed.io_wait_in(start, end) {
+            *weights.entry(s.stack).or_default() += s.duration_ns;
         }
         "ns"
     } else {
-        for s in in_window(&a.timed.cpu, |s| s.ts_ns, start, end) {
+        for s in timed.cpu_in(start, end) {
             if relevant(roles, cause, s.tid) {
                 *weights.entry(s.stack).or_default() += 1;
             }
         }
         "samples"
     };
-    let mut stacks: Vec<StackEvidence> = weights
+    let no_frames = Vec::new();
+    let frames_of = |id: &u32| a.stacks.get(id).unwrap_or(&no_frames);
+    let mut ranked: Vec<(u32, u64)> = weights.into_iter().collect();
+    ranked.sort_by(|x, y| {
+        y.1.cmp(&x.1)
+            .then_with(|| frames_of(&x.0).cmp(frames_of(&y.0)))
+    });
+    let stacks = ranked
         .into_iter()
+        .take(TOP_STACKS)
         .map(|(id, weight)| StackEvidence {
             weight,
             unit,
-            frames: a.stacks.get(&id).cloned().unwrap_or_default(),
+            frames: frames_of(&id).clone(),
         })
         .collect();
-    stacks.sort_by(|x, y| y.weight.cmp(&x.weight).then(x.frames.cmp(&y.frames)));
-    stacks.truncate(TOP_STACKS);
 
     let mut io = IoEvidence::default();
     let mut lat = Percentiles::new();
-    for b in in_window(&a.timed.block_io, |b| b.ts_ns, start, end) {
+    for b in timed.block_io_in(start, end) {
         io.requests += 1;
         if b.write {
             io.write_bytes += b.bytes;
@@ -175,11 +188,4 @@ pub fn gather(a: &Analysis, roles: &Roles, cause: Cause, start: u64, end: u64) -
         block_io: (io.requests > 0).then_some(io),
         cuda: None,
     }
-}
-
-/// The items of a time-sorted list inside `[start, end)`.
-pub fn in_window<T>(items: &[T], ts: impl Fn(&T) -> u64, start: u64, end: u64) -> &[T] {
-    let lo = items.partition_point(|i| ts(i) < start);
-    let hi = items.partition_point(|i| ts(i) < end);
-    &items[lo..hi.max(lo)]
 }

@@ -18,6 +18,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::model::Analysis;
+use crate::timed::TimedEvents;
 pub use evidence::{Evidence, StackEvidence, ThreadEvidence};
 pub use roles::Roles;
 pub use rules::{Label, label_window};
@@ -179,6 +180,12 @@ const MAX_STALLS: usize = 20;
 
 /// Labels every GPU's idle time; `None` when the recording has no GPU samples.
 pub fn attribute(a: &Analysis) -> Option<Attribution> {
+    attribute_with(a, &a.timed)
+}
+
+/// [`attribute`], with the timed samples held apart from `a`: a caller can then free them
+/// once it is done with them while others still read `a`.
+pub fn attribute_with(a: &Analysis, timed: &TimedEvents) -> Option<Attribution> {
     if a.gpus.values().all(|g| g.samples.is_empty()) {
         return None;
     }
@@ -189,7 +196,7 @@ pub fn attribute(a: &Analysis) -> Option<Attribution> {
         .gpus
         .values()
         .filter(|g| !g.samples.is_empty())
-        .map(|g| attribute_gpu(a, &Roles::for_gpu(a, g), &index, &waits, g))
+        .map(|g| attribute_gpu(a, timed, &Roles::for_gpu(a, g), &index, &waits, g))
         .collect();
     let verdict = verdict(&gpus);
     Some(Attribution {
@@ -201,6 +208,7 @@ pub fn attribute(a: &Analysis) -> Option<Attribution> {
 
 fn attribute_gpu(
     a: &Analysis,
+    timed: &TimedEvents,
     roles: &Roles,
     index: &window::TimelineIndex,
     waits: &crate::cuda::WaitIndex,
@@ -289,7 +297,8 @@ fn attribute_gpu(
     stalls.sort_by(|x, y| y.idle_ns.cmp(&x.idle_ns).then(x.start_ns.cmp(&y.start_ns)));
     stalls.truncate(MAX_STALLS);
     for stall in &mut stalls {
-        stall.evidence = evidence::gather(a, roles, stall.cause, stall.start_ns, stall.end_ns);
+        stall.evidence =
+            evidence::gather(a, timed, roles, stall.cause, stall.start_ns, stall.end_ns);
         stall.evidence.cuda =
             cuda_evidence::gather(a, roles, g, stall.cause, stall.start_ns, stall.end_ns);
     }

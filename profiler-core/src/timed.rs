@@ -1,0 +1,391 @@
+//! Samples and block IOs by time: what ran, waited on IO or hit the disk between two instants,
+//! the evidence behind a labelled window.
+//!
+//! An hour-long recording holds millions of these, so they are stored compactly: grouped in
+//! buckets of 2^30 ns (about a second), each entry keeping only its offset inside its bucket.
+//! A window query visits just the buckets it overlaps, so nothing is ever sorted. Off-CPU
+//! samples are kept only when they waited on IO: no label draws on the others by time.
+use std::collections::BTreeMap;
+
+const BUCKET_SHIFT: u32 = 30;
+const OFFSET_MASK: u64 = (1 << BUCKET_SHIFT) - 1;
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TimedCpuSample {
+    pub ts_ns: u64,
+    pub tid: u32,
+    pub stack: u32,
+}
+
+/// An off-CPU sample of a thread waiting on IO.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TimedIoWait {
+    pub ts_ns: u64,
+    pub duration_ns: u64,
+    pub tid: u32,
+    pub stack: u32,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TimedBlockIo {
+    pub ts_ns: u64,
+    pub tid: u32,
+    pub write: bool,
+    pub bytes: u64,
+    pub latency_ns: u64,
+}
+
+/// A u64 as two u32 halves: entries then align to 4 bytes, not 8, and carry no padding.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Split([u32; 2]);
+
+impl Split {
+    fn new(v: u64) -> Self {
+        Self([v as u32, (v >> 32) as u32])
+    }
+
+    fn get(self) -> u64 {
+        u64::from(self.0[0]) | (u64::from(self.0[1]) << 32)
+    }
+}
+
+/// One kind of event as stored in a bucket, and back.
+trait Entry: Copy {
+    type Event: Timed;
+    fn event(&self, base_ns: u64) -> Self::Event;
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct CpuEntry {
+    offset: u32,
+    tid: u32,
+    stack: u32,
+}
+
+impl Entry for CpuEntry {
+    type Event = TimedCpuSample;
+    fn event(&self, base_ns: u64) -> TimedCpuSample {
+        TimedCpuSample {
+            ts_ns: base_ns + u64::from(self.offset),
+            tid: self.tid,
+            stack: self.stack,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct IoWaitEntry {
+    offset: u32,
+    tid: u32,
+    stack: u32,
+    duration_ns: Split,
+}
+
+impl Entry for IoWaitEntry {
+    type Event = TimedIoWait;
+    fn event(&self, base_ns: u64) -> TimedIoWait {
+        TimedIoWait {
+            ts_ns: base_ns + u64::from(self.offset),
+            duration_ns: self.duration_ns.get(),
+            tid: self.tid,
+            stack: self.stack,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct BlockEntry {
+    offset: u32,
+    tid: u32,
+    bytes: Split,
+    latency_ns: Split,
+    write: bool,
+}
+
+impl Entry for BlockEntry {
+    type Event = TimedBlockIo;
+    fn event(&self, base_ns: u64) -> TimedBlockIo {
+        TimedBlockIo {
+            ts_ns: base_ns + u64::from(self.offset),
+            tid: self.tid,
+            write: self.write,
+            bytes: self.bytes.get(),
+            latency_ns: self.latency_ns.get(),
+        }
+    }
+}
+
+/// Buckets kept open at once. Records arrive almost in time order, but samples from different
+/// CPUs interleave: events near a bucket's edge alternate between two buckets.
+const OPEN_BUCKETS: usize = 4;
+
+/// Entries by bucket. Pushes go to a few open buckets kept outside the map; the oldest is
+/// closed into the map when another one opens.
+#[derive(Clone, Debug, PartialEq)]
+struct Buckets<E> {
+    closed: BTreeMap<u64, Vec<E>>,
+    open: Vec<(u64, Vec<E>)>,
+    /// The last closed bucket's length: the next one is likely about as full.
+    last_len: usize,
+}
+
+impl<E> Default for Buckets<E> {
+    fn default() -> Self {
+        Self {
+            closed: BTreeMap::new(),
+            open: Vec::new(),
+            last_len: 0,
+        }
+    }
+}
+
+fn split_ts(ts_ns: u64) -> (u64, u32) {
+    (ts_ns >> BUCKET_SHIFT, (ts_ns & OFFSET_MASK) as u32)
+}
+
+impl<E: Entry> Buckets<E> {
+    fn push(&mut self, bucket: u64, entry: E) {
+        if let Some((_, entries)) = self.open.iter_mut().find(|(b, _)| *b == bucket) {
+            entries.push(entry);
+            return;
+        }
+        if self.open.len() == OPEN_BUCKETS {
+            let oldest = (0..self.open.len())
+                .min_by_key(|&i| self.open[i].0)
+                .unwrap_or(0);
+            let (b, entries) = self.open.swap_remove(oldest);
+            self.close(b, entries);
+        }
+        let mut entries = self
+            .closed
+            .remove(&bucket)
+            .unwrap_or_else(|| Vec::with_capacity(self.last_len + self.last_len / 8 + 1));
+        entries.push(entry);
+        self.open.push((bucket, entries));
+    }
+
+    fn close(&mut self, bucket: u64, mut entries: Vec<E>) {
+        self.last_len = entries.len();
+        entries.shrink_to_fit();
+        self.closed.insert(bucket, entries);
+    }
+
+    fn close_all(&mut self) {
+        for (bucket, entries) in std::mem::take(&mut self.open) {
+            self.close(bucket, entries);
+        }
+    }
+
+    fn len(&self) -> usize {
+        let open: usize = self.open.iter().map(|(_, e)| e.len()).sum();
+        open + self.closed.values().map(Vec::len).sum::<usize>()
+    }
+
+    /// Events in `[start, end)`, in no particular order.
+    fn window(&self, start: u64, end: u64) -> impl Iterator<Item = E::Event> + '_ {
+        debug_assert!(self.open.is_empty(), "query before finish");
+        let buckets = (end > start).then(|| {
+            self.closed
+                .range(start >> BUCKET_SHIFT..=(end - 1) >> BUCKET_SHIFT)
+        });
+        buckets
+            .into_iter()
+            .flatten()
+            .flat_map(move |(&bucket, entries)| {
+                let base = bucket << BUCKET_SHIFT;
+                entries.iter().map(move |e| e.event(base))
+            })
+            .filter(move |e| (start..end).contains(&e.ts()))
+    }
+}
+
+/// What the window filter needs of an event.
+trait Timed {
+    fn ts(&self) -> u64;
+}
+
+impl Timed for TimedCpuSample {
+    fn ts(&self) -> u64 {
+        self.ts_ns
+    }
+}
+
+impl Timed for TimedIoWait {
+    fn ts(&self) -> u64 {
+        self.ts_ns
+    }
+}
+
+impl Timed for TimedBlockIo {
+    fn ts(&self) -> u64 {
+        self.ts_ns
+    }
+}
+
+/// Samples and IOs with their times.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TimedEvents {
+    cpu: Buckets<CpuEntry>,
+    io_wait: Buckets<IoWaitEntry>,
+    block_io: Buckets<BlockEntry>,
+}
+
+impl TimedEvents {
+    pub fn cpu_sample(&mut self, ts_ns: u64, tid: u32, stack: u32) {
+        let (bucket, offset) = split_ts(ts_ns);
+        self.cpu.push(bucket, CpuEntry { offset, tid, stack });
+    }
+
+    /// Only samples that waited on IO are kept.
+    pub fn off_cpu_sample(&mut self, ts_ns: u64, tid: u32, stack: u32, io: bool, duration_ns: u64) {
+        if !io {
+            return;
+        }
+        let (bucket, offset) = split_ts(ts_ns);
+        let entry = IoWaitEntry {
+            offset,
+            tid,
+            stack,
+            duration_ns: Split::new(duration_ns),
+        };
+        self.io_wait.push(bucket, entry);
+    }
+
+    pub fn block_io(&mut self, ts_ns: u64, tid: u32, write: bool, bytes: u64, latency_ns: u64) {
+        let (bucket, offset) = split_ts(ts_ns);
+        let entry = BlockEntry {
+            offset,
+            tid,
+            bytes: Split::new(bytes),
+            latency_ns: Split::new(latency_ns),
+            write,
+        };
+        self.block_io.push(bucket, entry);
+    }
+
+    /// Closes the buckets still open; queries need this first.
+    pub fn finish(&mut self) {
+        self.cpu.close_all();
+        self.io_wait.close_all();
+        self.block_io.close_all();
+    }
+
+    /// Held events: (CPU samples, IO-wait samples, block IOs).
+    pub fn len(&self) -> (usize, usize, usize) {
+        (self.cpu.len(), self.io_wait.len(), self.block_io.len())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == (0, 0, 0)
+    }
+
+    /// CPU samples taken in `[start, end)`, in no particular order.
+    pub fn cpu_in(&self, start: u64, end: u64) -> impl Iterator<Item = TimedCpuSample> + '_ {
+        self.cpu.window(start, end)
+    }
+
+    /// IO-wait samples taken in `[start, end)`, in no particular order.
+    pub fn io_wait_in(&self, start: u64, end: u64) -> impl Iterator<Item = TimedIoWait> + '_ {
+        self.io_wait.window(start, end)
+    }
+
+    /// Block IOs issued in `[start, end)`, in no particular order.
+    pub fn block_io_in(&self, start: u64, end: u64) -> impl Iterator<Item = TimedBlockIo> + '_ {
+        self.block_io.window(start, end)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sorted<T: Ord>(mut v: Vec<T>) -> Vec<T> {
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn windows_cut_at_their_edges_across_buckets_and_out_of_order_pushes() {
+        let mut t = TimedEvents::default();
+        let b = 1u64 << BUCKET_SHIFT;
+        // Out of order, across three buckets, with one bucket revisited after another opened.
+        let times = [5 * b + 10, 5 * b - 1, 6 * b, 5 * b, 7 * b + 3, 5 * b + 11];
+        for (i, &ts) in times.iter().enumerate() {
+            t.cpu_sample(ts, i as u32, 100 + i as u32);
+        }
+        t.finish();
+        let got = |s, e| sorted(t.cpu_in(s, e).map(|x| (x.ts_ns, x.tid)).collect());
+        assert_eq!(
+            got(0, u64::MAX),
+            sorted(
+                times
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &ts)| (ts, i as u32))
+                    .collect()
+            )
+        );
+        assert_eq!(got(5 * b, 5 * b + 11), vec![(5 * b, 3), (5 * b + 10, 0)]);
+        assert_eq!(
+            got(5 * b - 1, 6 * b + 1),
+            vec![
+                (5 * b - 1, 1),
+                (5 * b, 3),
+                (5 * b + 10, 0),
+                (5 * b + 11, 5),
+                (6 * b, 2)
+            ]
+        );
+        assert_eq!(got(6 * b + 1, 7 * b + 3), vec![]);
+        assert_eq!(got(7 * b + 3, 7 * b + 3), vec![]);
+        assert_eq!(t.len(), (6, 0, 0));
+    }
+
+    #[test]
+    fn keeps_io_waits_only_and_full_width_values() {
+        let mut t = TimedEvents::default();
+        t.off_cpu_sample(10, 1, 2, true, u64::MAX - 1);
+        t.off_cpu_sample(11, 1, 3, false, 5);
+        t.block_io(12, 4, true, 1 << 40, 3 << 33);
+        t.finish();
+        let io: Vec<_> = t.io_wait_in(0, 100).collect();
+        assert_eq!(
+            io,
+            [TimedIoWait {
+                ts_ns: 10,
+                duration_ns: u64::MAX - 1,
+                tid: 1,
+                stack: 2
+            }]
+        );
+        let blk: Vec<_> = t.block_io_in(0, 100).collect();
+        assert_eq!(
+            blk,
+            [TimedBlockIo {
+                ts_ns: 12,
+                tid: 4,
+                write: true,
+                bytes: 1 << 40,
+                latency_ns: 3 << 33
+            }]
+        );
+    }
+
+    #[test]
+    fn extreme_timestamps_cost_two_buckets_not_a_range() {
+        let mut t = TimedEvents::default();
+        t.cpu_sample(0, 1, 1);
+        t.cpu_sample(u64::MAX, 2, 2);
+        t.finish();
+        assert_eq!(t.cpu.closed.len(), 2);
+        assert_eq!(t.cpu_in(0, u64::MAX).count(), 1);
+        assert_eq!(t.cpu_in(1, u64::MAX).count(), 0);
+    }
+
+    #[test]
+    fn entries_stay_compact() {
+        assert_eq!(std::mem::size_of::<CpuEntry>(), 12);
+        assert_eq!(std::mem::size_of::<IoWaitEntry>(), 20);
+        assert_eq!(std::mem::size_of::<BlockEntry>(), 28);
+    }
+}
