@@ -55,15 +55,17 @@ pub(crate) fn drawable(lines: &[String], min_width_pct: f64) -> Option<Vec<Strin
             }
         }
     };
-    let mut prev: Vec<&str> = Vec::new();
-    let mut this: Vec<&str> = Vec::new();
+    let mut prev = "";
     for (i, stack) in stacks.iter().enumerate() {
-        this.clear();
-        this.extend(stack.split(';'));
-        let common = prev.iter().zip(&this).take_while(|(a, b)| a == b).count();
+        let common = if i == 0 {
+            0
+        } else {
+            shared_frames(prev, stack)
+        };
+        let frames = semicolons(stack.as_bytes()) + 1;
         close(&mut open, common, i, &mut keep);
-        open.extend(std::iter::repeat_n(i, this.len() - common));
-        std::mem::swap(&mut prev, &mut this);
+        open.extend(std::iter::repeat_n(i, frames - common));
+        prev = stack;
     }
     close(&mut open, 0, stacks.len(), &mut keep);
 
@@ -119,6 +121,35 @@ fn parse(line: &str) -> Option<(&str, u64)> {
     Some((stack, count))
 }
 
+/// How many leading frames two stacks share.
+fn shared_frames(a: &str, b: &str) -> usize {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let same = common_prefix(a, b);
+    let edge = |s: &[u8]| s.len() == same || s[same] == b';';
+    semicolons(&a[..same]) + usize::from(edge(a) && edge(b))
+}
+
+fn common_prefix(a: &[u8], b: &[u8]) -> usize {
+    let mut n = 0;
+    for (x, y) in a.chunks_exact(8).zip(b.chunks_exact(8)) {
+        let x = u64::from_le_bytes(x.try_into().unwrap_or_default());
+        let y = u64::from_le_bytes(y.try_into().unwrap_or_default());
+        if x != y {
+            return n + ((x ^ y).trailing_zeros() / 8) as usize;
+        }
+        n += 8;
+    }
+    n + a[n..]
+        .iter()
+        .zip(&b[n..])
+        .take_while(|(x, y)| x == y)
+        .count()
+}
+
+fn semicolons(s: &[u8]) -> usize {
+    s.iter().filter(|&&c| c == b';').count()
+}
+
 /// The first `frames` frames of `stack`.
 fn cut_after(stack: &str, frames: usize) -> &str {
     match stack.match_indices(';').nth(frames.saturating_sub(1)) {
@@ -159,6 +190,19 @@ mod tests {
         assert_eq!(drawable(&lines(&[" a;b 1", "a;c 1"]), 90.0), None);
         assert_eq!(drawable(&lines(&["a;b 0", "a;c 0"]), 90.0), None);
         assert_eq!(drawable(&[], 0.01), None);
+    }
+
+    #[test]
+    fn shared_frames_stop_at_the_first_difference() {
+        assert_eq!(shared_frames("a;b;c", "a;b;c"), 3);
+        assert_eq!(shared_frames("a;b;c", "a;b;d"), 2);
+        assert_eq!(shared_frames("a;b", "a;b;c"), 2);
+        assert_eq!(shared_frames("a;bc", "a;b;c"), 1);
+        assert_eq!(shared_frames("x;a", "y;a"), 0);
+        let long = "frame_number_one;frame_number_two;frame_number_three";
+        assert_eq!(shared_frames(long, &long.replace("three", "thre")), 2);
+        assert_eq!(shared_frames(long, &long.replace("two", "twx")), 1);
+        assert_eq!(common_prefix(b"0123456789abcdef", b"0123456789abcdeX"), 15);
     }
 
     #[test]
