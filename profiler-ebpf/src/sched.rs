@@ -8,14 +8,10 @@
 //! the scheduler updates just after the switch-in tracepoint.
 //!
 //! At `sched_switch` the current task is `prev`, so `prev`'s identity comes from the helper;
-//! only `next` (and the woken or forked task) needs a read through `task_struct`, at the
-//! offset user space found in BTF.
+//! only `next` (and the forked task) needs a read of `task_struct`, at the offset user space
+//! found in BTF: a plain load the verifier checks once (see `task_field`).
 use aya_ebpf::{
-    EbpfContext,
-    helpers::{
-        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns,
-        bpf_probe_read_kernel,
-    },
+    helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns},
     macros::btf_tracepoint,
     programs::BtfTracePointContext,
 };
@@ -30,24 +26,32 @@ use crate::{
 
 const TASK_RUNNING: u64 = 0;
 
+/// A field of a task, read with a plain load. Every `task` here is a typed pointer from a
+/// BTF tracepoint's arguments and every offset a constant of the frozen .rodata, so the
+/// verifier checks each access against the kernel's BTF once, at load, where a checked read
+/// would cost a helper call on every run: on every context switch of the host, for `next`.
+///
+/// # Safety
+///
+/// `task` must be a `task_struct` pointer argument of a BTF tracepoint and `offset` the
+/// offset of a `T`-sized field in it.
 #[inline(always)]
-fn task_u32(task: *const u8, offset: u32) -> u32 {
-    // SAFETY: a checked kernel read; a bad pointer yields an error, not a fault.
-    unsafe { bpf_probe_read_kernel(task.add(offset as usize) as *const u32) }.unwrap_or(0)
+unsafe fn task_field<T: Copy>(task: *const u8, offset: u32) -> T {
+    // SAFETY: per the contract above; the verifier rejects any other access at load.
+    unsafe { core::ptr::read_volatile(task.add(offset as usize) as *const T) }
 }
 
 /// Moves the run-queue tail of the thread's last off-CPU period, learned from the growth of
 /// its `run_delay` since its previous switch-out, out of the bucket the period went to.
-/// `task` is the thread's own `task_struct`, current or `prev`.
+/// `task` is the thread's own `task_struct`, a tracepoint argument (see [`task_field`]).
 #[inline(always)]
 fn settle_run_delay(st: &mut ThreadStats, task: *const u8) {
     let o = offsets();
     if o.task_run_delay == 0 {
         return;
     }
-    // SAFETY: a checked kernel read.
-    let rd = unsafe { bpf_probe_read_kernel(task.add(o.task_run_delay as usize) as *const u64) }
-        .unwrap_or(0);
+    // SAFETY: `task` is a tracepoint's task argument; the offset is BTF's `sched_info.run_delay`.
+    let rd: u64 = unsafe { task_field(task, o.task_run_delay) };
     if st.run_delay_ns != RUN_DELAY_UNKNOWN && rd > st.run_delay_ns {
         let waited = (rd - st.run_delay_ns).min(st.off_len_ns);
         if st.off_state == state::IO_WAIT {
@@ -108,7 +112,8 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
         }
     }
     let next: *const u8 = ctx.arg(2);
-    let next_tid = task_u32(next, offsets().task_pid);
+    // SAFETY: `next` is the tracepoint's task argument; the offset is BTF's `pid`.
+    let next_tid: u32 = unsafe { task_field(next, offsets().task_pid) };
     slot.tid = next_tid;
     slot.ts_ns = now;
     slot.tracked = match THREADS.get_ptr_mut(next_tid) {
@@ -157,9 +162,9 @@ fn switch_out(
         return;
     }
     let o = offsets();
-    // SAFETY: a checked kernel read of one byte of `prev`.
-    let iowait_byte =
-        unsafe { bpf_probe_read_kernel(prev.add(o.task_in_iowait_byte as usize)) }.unwrap_or(0u8);
+    // SAFETY: `prev` is the tracepoint's task argument; the offset is the byte that holds the
+    // `in_iowait` bit.
+    let iowait_byte: u8 = unsafe { task_field(prev, o.task_in_iowait_byte) };
     st.state = if o.task_in_iowait_mask != 0 && u32::from(iowait_byte) & o.task_in_iowait_mask != 0
     {
         state::IO_WAIT
@@ -205,8 +210,13 @@ pub fn sched_process_fork(ctx: BtfTracePointContext) -> i32 {
     }
     let child: *const u8 = ctx.arg(1);
     let o = offsets();
-    let tid = task_u32(child, o.task_pid);
-    let tgid = task_u32(child, o.task_tgid);
+    // SAFETY: `child` is the tracepoint's task argument; the offsets are BTF's `pid`, `tgid`.
+    let (tid, tgid): (u32, u32) = unsafe {
+        (
+            task_field(child, o.task_pid),
+            task_field(child, o.task_tgid),
+        )
+    };
     let now = unsafe { bpf_ktime_get_ns() };
     // Not runnable until wake_up_new_task; its wait from there to its first run is in its
     // run_delay, which starts at zero, when it first switches out.
@@ -240,8 +250,8 @@ pub fn sched_process_exit(ctx: BtfTracePointContext) -> i32 {
     let st = unsafe { &mut *st };
     let now = unsafe { bpf_ktime_get_ns() };
     credit(st, now);
-    // SAFETY: the helper returns the current task, this thread's own task_struct.
-    let task = unsafe { bpf_get_current_task() } as *const u8;
+    // The exiting task, which is the current one.
+    let task: *const u8 = ctx.arg(0);
     settle_run_delay(st, task);
     if let Some(mut entry) = reserve::<ThreadExit>(kind::THREAD_EXIT) {
         entry.write(ThreadExit {
@@ -252,7 +262,6 @@ pub fn sched_process_exit(ctx: BtfTracePointContext) -> i32 {
         entry.submit(wakeup_flags());
     }
     let _ = THREADS.remove(tid);
-    let _ = ctx.as_ptr();
     0
 }
 
