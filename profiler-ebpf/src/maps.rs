@@ -1,7 +1,7 @@
 //! Maps and load-time globals shared by every program.
 use aya_ebpf::{
     macros::map,
-    maps::{HashMap, LruHashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
 use profiler_common::{
     CallEntry, Config, CpuSlot, EventCounts, FileKey, FileMisses, IoKey, IoStart, Offsets,
@@ -12,6 +12,28 @@ use profiler_common::{
 /// is what "tracked" means.
 #[map]
 pub static THREADS: HashMap<u32, ThreadStats> = HashMap::with_max_entries(65536, 0);
+
+/// One flag per TID, set while the TID is a key of `THREADS`: a switch to an untracked thread,
+/// most switches on a busy host, costs an array index instead of a hash lookup. Sized by
+/// user space to the kernel's `pid_max` (capped); a TID past the end reads as "maybe
+/// tracked" and takes the lookup. Each flag has its own element, so setting one never races
+/// with another CPU clearing its neighbour.
+#[map]
+pub static TRACKED: Array<u32> = Array::with_max_entries(1, 0);
+
+/// Whether `tid` may be a key of `THREADS`; `false` only when it is not.
+#[inline(always)]
+pub fn maybe_tracked(tid: u32) -> bool {
+    TRACKED.get(tid).is_none_or(|flag| *flag != 0)
+}
+
+#[inline(always)]
+pub fn set_tracked(tid: u32, tracked: bool) {
+    if let Some(flag) = TRACKED.get_ptr_mut(tid) {
+        // SAFETY: an element of an array map, valid for the program's run.
+        unsafe { *flag = u32::from(tracked) };
+    }
+}
 
 /// Per CPU: the task last switched in and whether it is tracked. An untracked `prev` that
 /// matches it costs no hash lookup; one that does not (a switch the kernel did not report)

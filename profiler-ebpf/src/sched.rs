@@ -21,7 +21,7 @@ use profiler_common::{
 
 use crate::{
     emit::{capture_stack, header, reserve, wakeup_flags},
-    maps::{CPU_CURRENT, THREADS, config, offsets},
+    maps::{CPU_CURRENT, THREADS, config, maybe_tracked, offsets, set_tracked},
 };
 
 const TASK_RUNNING: u64 = 0;
@@ -98,25 +98,36 @@ fn credit(st: &mut ThreadStats, now: u64) {
 
 #[btf_tracepoint(function = "sched_switch")]
 pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
-    let now = unsafe { bpf_ktime_get_ns() };
     let Some(slot) = CPU_CURRENT.get_ptr_mut(0) else {
         return 0;
     };
     // SAFETY: a per-CPU slot; only this CPU's switches touch it.
     let slot = unsafe { &mut *slot };
     let prev_tid = bpf_get_current_pid_tgid() as u32;
-    if !(slot.tid == prev_tid && slot.tracked == 0 && slot.ts_ns != 0) {
-        if let Some(st) = THREADS.get_ptr_mut(prev_tid) {
-            // SAFETY: map values stay valid for the program's run.
-            switch_out(&ctx, unsafe { &mut *st }, prev_tid, now, slot.ts_ns);
-        }
-    }
     let next: *const u8 = ctx.arg(2);
     // SAFETY: `next` is the tracepoint's task argument; the offset is BTF's `pid`.
     let next_tid: u32 = unsafe { task_field(next, offsets().task_pid) };
+    let next_stats = if maybe_tracked(next_tid) {
+        THREADS.get_ptr_mut(next_tid)
+    } else {
+        None
+    };
+    let prev_untracked = slot.tid == prev_tid && slot.tracked == 0 && slot.ts_ns != 0;
+    if prev_untracked && next_stats.is_none() {
+        // Neither thread is ours, as in most switches on a busy host: no clock read. The
+        // slot keeps the time of the last switch that was, which only bounds a tracked
+        // thread's switch-in that went unseen.
+        slot.tid = next_tid;
+        return 0;
+    }
+    let now = unsafe { bpf_ktime_get_ns() };
+    if !prev_untracked && let Some(st) = THREADS.get_ptr_mut(prev_tid) {
+        // SAFETY: map values stay valid for the program's run.
+        switch_out(&ctx, unsafe { &mut *st }, prev_tid, now, slot.ts_ns);
+    }
     slot.tid = next_tid;
     slot.ts_ns = now;
-    slot.tracked = match THREADS.get_ptr_mut(next_tid) {
+    slot.tracked = match next_stats {
         Some(st) => {
             // SAFETY: as above.
             let st = unsafe { &mut *st };
@@ -227,7 +238,10 @@ pub fn sched_process_fork(ctx: BtfTracePointContext) -> i32 {
         off_state: state::ON_CPU,
         ..ThreadStats::default()
     };
-    let _ = THREADS.insert(tid, st, 0);
+    // The flag after the entry: a flag may promise an entry, never miss one.
+    if THREADS.insert(tid, st, 0).is_ok() {
+        set_tracked(tid, true);
+    }
     if let Some(mut entry) = reserve::<ThreadNew>(kind::THREAD_NEW) {
         entry.write(ThreadNew {
             header: header(kind::THREAD_NEW, tid, tgid, now),
@@ -262,6 +276,7 @@ pub fn sched_process_exit(ctx: BtfTracePointContext) -> i32 {
         entry.submit(wakeup_flags());
     }
     let _ = THREADS.remove(tid);
+    set_tracked(tid, false);
     0
 }
 

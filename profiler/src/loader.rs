@@ -50,9 +50,23 @@ fn rejection(program: &str, e: ProgramError) -> anyhow::Error {
     }
 }
 
+/// Most TIDs the per-TID tracked flags cover: 8 MiB of kernel memory at most (array elements
+/// take 8 bytes). Larger TIDs fall back to the hash lookup.
+const MAX_TRACKED_FLAGS: u32 = 1 << 20;
+
+/// One flag per possible TID, up to [`MAX_TRACKED_FLAGS`].
+fn tracked_flags() -> u32 {
+    std::fs::read_to_string("/proc/sys/kernel/pid_max")
+        .ok()
+        .and_then(|s| s.trim().parse::<u32>().ok())
+        .unwrap_or(MAX_TRACKED_FLAGS)
+        .clamp(1, MAX_TRACKED_FLAGS)
+}
+
 /// Loads every program. Optional signals in `skip` (block_io, page_cache) are not loaded.
 pub fn load(offsets: &Offsets, config: &Config, skip: &[String]) -> anyhow::Result<Ebpf> {
     let mut ebpf = EbpfLoader::new()
+        .map_max_entries("TRACKED", tracked_flags())
         .override_global("OFFSETS", offsets, true)
         .override_global("CONFIG", config, true)
         .load(BYTECODE)

@@ -72,6 +72,11 @@ pub fn run(args: RecordArgs) -> anyhow::Result<i32> {
         ebpf.take_map("THREADS")
             .ok_or_else(|| anyhow::anyhow!("map THREADS missing"))?,
     )?;
+    // Only written here: the programs hold the map, so the seeded flags outlive this handle.
+    let mut tracked: aya::maps::Array<_, u32> = aya::maps::Array::try_from(
+        ebpf.take_map("TRACKED")
+            .ok_or_else(|| anyhow::anyhow!("map TRACKED missing"))?,
+    )?;
     let ring = RingBuf::try_from(
         ebpf.take_map("EVENTS")
             .ok_or_else(|| anyhow::anyhow!("map EVENTS missing"))?,
@@ -98,6 +103,12 @@ pub fn run(args: RecordArgs) -> anyhow::Result<i32> {
         threads
             .insert(s.tid, st, 0)
             .with_context(|| format!("seeding thread {}", s.tid))?;
+        // Past the flags' end a TID needs none: it always takes the hash lookup.
+        if s.tid < tracked.len() {
+            tracked
+                .set(s.tid, 1, 0)
+                .with_context(|| format!("flagging thread {}", s.tid))?;
+        }
     }
     let mut unavailable = layout.missing.clone();
     unavailable.extend(loader::attach(

@@ -6,6 +6,7 @@ mod peers;
 mod proc;
 mod quiet;
 mod report;
+mod switch_cost;
 mod tracers;
 
 use std::time::Duration;
@@ -156,5 +157,12 @@ fn overhead(args: BenchArgs) -> anyhow::Result<()> {
     );
     let records = overhead::run_all(&cfg)?;
     report::print(&cfg, &records);
+    let pingpong = cfg
+        .workloads
+        .iter()
+        .any(|w| matches!(w, Workload::W1 | Workload::W1u));
+    if pingpong && cfg.tracers.contains(&Tracer::Stallscope) {
+        switch_cost::print(&switch_cost::measure(&cfg));
+    }
     Ok(())
 }
