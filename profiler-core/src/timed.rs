@@ -49,70 +49,32 @@ impl Split {
     }
 }
 
-/// One kind of event as stored in a bucket, and back.
-trait Entry: Copy {
-    type Event: Timed;
-    fn event(&self, base_ns: u64) -> Self::Event;
+/// An event as stored: its offset inside its bucket, and the rest of it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Stamped<P> {
+    offset: u32,
+    payload: P,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct CpuEntry {
-    offset: u32,
+struct CpuPayload {
     tid: u32,
     stack: u32,
 }
 
-impl Entry for CpuEntry {
-    type Event = TimedCpuSample;
-    fn event(&self, base_ns: u64) -> TimedCpuSample {
-        TimedCpuSample {
-            ts_ns: base_ns + u64::from(self.offset),
-            tid: self.tid,
-            stack: self.stack,
-        }
-    }
-}
-
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct IoWaitEntry {
-    offset: u32,
+struct IoWaitPayload {
     tid: u32,
     stack: u32,
     duration_ns: Split,
 }
 
-impl Entry for IoWaitEntry {
-    type Event = TimedIoWait;
-    fn event(&self, base_ns: u64) -> TimedIoWait {
-        TimedIoWait {
-            ts_ns: base_ns + u64::from(self.offset),
-            duration_ns: self.duration_ns.get(),
-            tid: self.tid,
-            stack: self.stack,
-        }
-    }
-}
-
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct BlockEntry {
-    offset: u32,
+struct BlockPayload {
     tid: u32,
     bytes: Split,
     latency_ns: Split,
     write: bool,
-}
-
-impl Entry for BlockEntry {
-    type Event = TimedBlockIo;
-    fn event(&self, base_ns: u64) -> TimedBlockIo {
-        TimedBlockIo {
-            ts_ns: base_ns + u64::from(self.offset),
-            tid: self.tid,
-            write: self.write,
-            bytes: self.bytes.get(),
-            latency_ns: self.latency_ns.get(),
-        }
-    }
 }
 
 /// Buckets kept open at once. Records arrive almost in time order, but samples from different
@@ -122,14 +84,14 @@ const OPEN_BUCKETS: usize = 4;
 /// Entries by bucket. Pushes go to a few open buckets kept outside the map; the oldest is
 /// closed into the map when another one opens.
 #[derive(Clone, Debug, PartialEq)]
-struct Buckets<E> {
-    closed: BTreeMap<u64, Vec<E>>,
-    open: Vec<(u64, Vec<E>)>,
+struct Buckets<P> {
+    closed: BTreeMap<u64, Vec<Stamped<P>>>,
+    open: Vec<(u64, Vec<Stamped<P>>)>,
     /// The last closed bucket's length: the next one is likely about as full.
     last_len: usize,
 }
 
-impl<E> Default for Buckets<E> {
+impl<P> Default for Buckets<P> {
     fn default() -> Self {
         Self {
             closed: BTreeMap::new(),
@@ -139,12 +101,10 @@ impl<E> Default for Buckets<E> {
     }
 }
 
-fn split_ts(ts_ns: u64) -> (u64, u32) {
-    (ts_ns >> BUCKET_SHIFT, (ts_ns & OFFSET_MASK) as u32)
-}
-
-impl<E: Entry> Buckets<E> {
-    fn push(&mut self, bucket: u64, entry: E) {
+impl<P: Copy> Buckets<P> {
+    fn push(&mut self, ts_ns: u64, payload: P) {
+        let (bucket, offset) = (ts_ns >> BUCKET_SHIFT, (ts_ns & OFFSET_MASK) as u32);
+        let entry = Stamped { offset, payload };
         if let Some((_, entries)) = self.open.iter_mut().find(|(b, _)| *b == bucket) {
             entries.push(entry);
             return;
@@ -164,7 +124,7 @@ impl<E: Entry> Buckets<E> {
         self.open.push((bucket, entries));
     }
 
-    fn close(&mut self, bucket: u64, mut entries: Vec<E>) {
+    fn close(&mut self, bucket: u64, mut entries: Vec<Stamped<P>>) {
         self.last_len = entries.len();
         entries.shrink_to_fit();
         self.closed.insert(bucket, entries);
@@ -181,8 +141,8 @@ impl<E: Entry> Buckets<E> {
         open + self.closed.values().map(Vec::len).sum::<usize>()
     }
 
-    /// Events in `[start, end)`, in no particular order.
-    fn window(&self, start: u64, end: u64) -> impl Iterator<Item = E::Event> + '_ {
+    /// (time, payload) of the events in `[start, end)`, in no particular order.
+    fn window(&self, start: u64, end: u64) -> impl Iterator<Item = (u64, P)> + '_ {
         debug_assert!(self.open.is_empty(), "query before finish");
         let buckets = (end > start).then(|| {
             self.closed
@@ -193,47 +153,25 @@ impl<E: Entry> Buckets<E> {
             .flatten()
             .flat_map(move |(&bucket, entries)| {
                 let base = bucket << BUCKET_SHIFT;
-                entries.iter().map(move |e| e.event(base))
+                entries
+                    .iter()
+                    .map(move |e| (base + u64::from(e.offset), e.payload))
             })
-            .filter(move |e| (start..end).contains(&e.ts()))
-    }
-}
-
-/// What the window filter needs of an event.
-trait Timed {
-    fn ts(&self) -> u64;
-}
-
-impl Timed for TimedCpuSample {
-    fn ts(&self) -> u64 {
-        self.ts_ns
-    }
-}
-
-impl Timed for TimedIoWait {
-    fn ts(&self) -> u64 {
-        self.ts_ns
-    }
-}
-
-impl Timed for TimedBlockIo {
-    fn ts(&self) -> u64 {
-        self.ts_ns
+            .filter(move |(ts, _)| (start..end).contains(ts))
     }
 }
 
 /// Samples and IOs with their times.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct TimedEvents {
-    cpu: Buckets<CpuEntry>,
-    io_wait: Buckets<IoWaitEntry>,
-    block_io: Buckets<BlockEntry>,
+    cpu: Buckets<CpuPayload>,
+    io_wait: Buckets<IoWaitPayload>,
+    block_io: Buckets<BlockPayload>,
 }
 
 impl TimedEvents {
     pub fn cpu_sample(&mut self, ts_ns: u64, tid: u32, stack: u32) {
-        let (bucket, offset) = split_ts(ts_ns);
-        self.cpu.push(bucket, CpuEntry { offset, tid, stack });
+        self.cpu.push(ts_ns, CpuPayload { tid, stack });
     }
 
     /// Only samples that waited on IO are kept.
@@ -241,26 +179,22 @@ impl TimedEvents {
         if !io {
             return;
         }
-        let (bucket, offset) = split_ts(ts_ns);
-        let entry = IoWaitEntry {
-            offset,
+        let payload = IoWaitPayload {
             tid,
             stack,
             duration_ns: Split::new(duration_ns),
         };
-        self.io_wait.push(bucket, entry);
+        self.io_wait.push(ts_ns, payload);
     }
 
     pub fn block_io(&mut self, ts_ns: u64, tid: u32, write: bool, bytes: u64, latency_ns: u64) {
-        let (bucket, offset) = split_ts(ts_ns);
-        let entry = BlockEntry {
-            offset,
+        let payload = BlockPayload {
             tid,
             bytes: Split::new(bytes),
             latency_ns: Split::new(latency_ns),
             write,
         };
-        self.block_io.push(bucket, entry);
+        self.block_io.push(ts_ns, payload);
     }
 
     /// Closes the buckets still open; queries need this first.
@@ -281,17 +215,38 @@ impl TimedEvents {
 
     /// CPU samples taken in `[start, end)`, in no particular order.
     pub fn cpu_in(&self, start: u64, end: u64) -> impl Iterator<Item = TimedCpuSample> + '_ {
-        self.cpu.window(start, end)
+        self.cpu
+            .window(start, end)
+            .map(|(ts_ns, p)| TimedCpuSample {
+                ts_ns,
+                tid: p.tid,
+                stack: p.stack,
+            })
     }
 
     /// IO-wait samples taken in `[start, end)`, in no particular order.
     pub fn io_wait_in(&self, start: u64, end: u64) -> impl Iterator<Item = TimedIoWait> + '_ {
-        self.io_wait.window(start, end)
+        self.io_wait
+            .window(start, end)
+            .map(|(ts_ns, p)| TimedIoWait {
+                ts_ns,
+                duration_ns: p.duration_ns.get(),
+                tid: p.tid,
+                stack: p.stack,
+            })
     }
 
     /// Block IOs issued in `[start, end)`, in no particular order.
     pub fn block_io_in(&self, start: u64, end: u64) -> impl Iterator<Item = TimedBlockIo> + '_ {
-        self.block_io.window(start, end)
+        self.block_io
+            .window(start, end)
+            .map(|(ts_ns, p)| TimedBlockIo {
+                ts_ns,
+                tid: p.tid,
+                write: p.write,
+                bytes: p.bytes.get(),
+                latency_ns: p.latency_ns.get(),
+            })
     }
 }
 
@@ -384,8 +339,8 @@ mod tests {
 
     #[test]
     fn entries_stay_compact() {
-        assert_eq!(std::mem::size_of::<CpuEntry>(), 12);
-        assert_eq!(std::mem::size_of::<IoWaitEntry>(), 20);
-        assert_eq!(std::mem::size_of::<BlockEntry>(), 28);
+        assert_eq!(std::mem::size_of::<Stamped<CpuPayload>>(), 12);
+        assert_eq!(std::mem::size_of::<Stamped<IoWaitPayload>>(), 20);
+        assert_eq!(std::mem::size_of::<Stamped<BlockPayload>>(), 28);
     }
 }

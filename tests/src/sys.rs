@@ -48,6 +48,8 @@ pub fn set_name(name: &str) -> io::Result<()> {
 pub fn fork_child(name: &str, body: impl FnOnce() -> io::Result<()>) -> io::Result<libc::pid_t> {
     // SAFETY: getpid has no preconditions.
     let parent = unsafe { libc::getpid() };
+    // Whatever sits in stdout's buffer would otherwise be printed once per child.
+    io::Write::flush(&mut io::stdout())?;
     // SAFETY: the caller is single-threaded (see above), so the child may run ordinary code.
     let pid = unsafe { libc::fork() };
     if pid < 0 {
@@ -68,7 +70,7 @@ pub fn fork_child(name: &str, body: impl FnOnce() -> io::Result<()>) -> io::Resu
     let code = match catch_unwind(AssertUnwindSafe(|| set_name(name).and_then(|()| body()))) {
         Ok(Ok(())) => 0,
         Ok(Err(e)) => {
-            eprintln!("stallwork: {name}: {e}");
+            eprintln!("{}: {name}: {e}", program_name());
             1
         }
         // The panic message is already on stderr; unwinding further would run the parent's
@@ -77,6 +79,15 @@ pub fn fork_child(name: &str, body: impl FnOnce() -> io::Result<()>) -> io::Resu
     };
     // SAFETY: as above.
     unsafe { libc::_exit(code) }
+}
+
+/// This program's file name, for messages.
+fn program_name() -> String {
+    std::env::args_os()
+        .next()
+        .map(std::path::PathBuf::from)
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "child".into())
 }
 
 /// Waits for a child from [`fork_child`]; an error if it failed.

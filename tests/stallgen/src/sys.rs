@@ -1,5 +1,9 @@
 //! The raw system calls stallgen needs (fork, prctl, clocks, pipes, shared memory, fadvise),
 //! wrapped so that the other modules stay almost free of `unsafe`.
+/// Forks a child process that runs `body` and exits without returning to the caller. Call it
+/// only while the process has a single thread: before any CUDA call and before the
+/// pin-memory thread.
+pub use stallscope_tests::sys::{fork_child, set_name};
 use std::{
     ffi::CString,
     fs::File,
@@ -44,14 +48,6 @@ pub fn sleep(d: Duration) {
     std::thread::sleep(d);
 }
 
-/// Names the calling thread, as `ps` and stallscope's `comm` show it (at most 15 bytes).
-pub fn set_name(name: &str) -> io::Result<()> {
-    let short: String = name.chars().take(15).collect();
-    let c = CString::new(short).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-    // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes.
-    check(unsafe { libc::prctl(libc::PR_SET_NAME, c.as_ptr() as libc::c_ulong, 0, 0, 0) })
-}
-
 /// How many CPUs this process may run on (its affinity mask), at least 1.
 pub fn allowed_cpus() -> usize {
     // SAFETY: an all-zero cpu_set_t is a valid empty set.
@@ -63,47 +59,6 @@ pub fn allowed_cpus() -> usize {
     }
     // SAFETY: `set` was filled in by sched_getaffinity.
     (unsafe { libc::CPU_COUNT(&set) } as usize).max(1)
-}
-
-/// Forks a child process that runs `body` and exits without returning to the caller.
-///
-/// Call it only while the process has a single thread (before any CUDA call and before the
-/// pin-memory thread): the child gets a copy of the address space with nobody to release
-/// locks held by other threads. The child is killed when the parent dies.
-pub fn fork_child(name: &str, body: impl FnOnce() -> io::Result<()>) -> io::Result<libc::pid_t> {
-    // SAFETY: getpid has no preconditions.
-    let parent = unsafe { libc::getpid() };
-    // Whatever sits in stdout's buffer would otherwise be printed once per child.
-    io::stdout().flush()?;
-    // SAFETY: the caller is single-threaded (see above), so the child may run ordinary code.
-    let pid = unsafe { libc::fork() };
-    if pid < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    if pid > 0 {
-        return Ok(pid);
-    }
-    // SAFETY: PR_SET_PDEATHSIG takes a signal number.
-    let death = unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) };
-    // The parent may have died before the death signal was armed: then nobody would kill us.
-    // SAFETY: getppid has no preconditions.
-    let orphaned = unsafe { libc::getppid() } != parent;
-    if death < 0 || orphaned {
-        // SAFETY: _exit skips the parent's atexit handlers and stdio buffers, as a child must.
-        unsafe { libc::_exit(1) };
-    }
-    let code = match catch_unwind(AssertUnwindSafe(|| set_name(name).and_then(|()| body()))) {
-        Ok(Ok(())) => 0,
-        Ok(Err(e)) => {
-            eprintln!("stallgen: {name}: {e}");
-            1
-        }
-        // The panic message is already on stderr; unwinding further would run the parent's
-        // code in the child.
-        Err(_) => 101,
-    };
-    // SAFETY: as above.
-    unsafe { libc::_exit(code) }
 }
 
 /// Starts `body` in a process that is *not* a descendant of this one: it forks twice and the
