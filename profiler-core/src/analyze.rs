@@ -348,6 +348,7 @@ impl Analyzer {
                     library,
                     attached: attached.len(),
                     missing,
+                    attached_ns: ts_ns,
                 });
             }
             Record::ProcessEnv { pid, vars } => {

@@ -264,3 +264,45 @@ fn no_gpu_samples_means_no_attribution() {
         .collect();
     assert!(analyze(records).attribution.is_none());
 }
+
+#[test]
+fn before_the_cuda_probes_attach_a_probed_feeder_has_no_cause() {
+    let mut records = recording();
+    records.push(Record::CudaProbes {
+        ts_ns: START + 6000 * MS,
+        pid: FEEDER,
+        path: "/usr/lib/libcuda.so.1".into(),
+        library: profiler_core::cuda::Library::Driver,
+        attached: vec!["cuStreamSynchronize".into()],
+        missing: Vec::new(),
+    });
+    let a = analyze(records);
+    let g = &a.attribution.as_ref().expect("attributed").gpus[0];
+    let idle_s = |c: Cause| *g.idle_by_cause.get(&c).unwrap_or(&0) as f64 / 1e9;
+    // 4 s to 6 s of the dataloader phase, at 70% idle, came before the probes.
+    assert!(
+        (idle_s(Cause::Unknown) - 1.4).abs() < 0.15,
+        "{:?}",
+        g.idle_by_cause
+    );
+    assert!(
+        (idle_s(Cause::DataloaderCpu) - 1.4).abs() < 0.15,
+        "{:?}",
+        g.idle_by_cause
+    );
+    assert!(
+        (idle_s(Cause::Disk) - 1.6).abs() < 0.15,
+        "{:?}",
+        g.idle_by_cause
+    );
+    let before = g
+        .stalls
+        .iter()
+        .find(|s| s.start_ns < START + 5000 * MS && s.end_ns > START + 5000 * MS)
+        .expect("a stall at 5 s");
+    assert_eq!(before.cause, Cause::Unknown);
+    assert_eq!(
+        before.reason.as_deref(),
+        Some(profiler_core::attribution::BEFORE_PROBES)
+    );
+}

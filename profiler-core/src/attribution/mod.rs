@@ -178,6 +178,9 @@ const STALL_IDLE_FRACTION: f64 = 0.5;
 /// At most this many stalls per GPU are kept, the longest.
 const MAX_STALLS: usize = 20;
 
+/// Why a window of a probed feeder that starts before its probes went on has no cause.
+pub const BEFORE_PROBES: &str = "before the CUDA probes attached to the feeder";
+
 /// Labels every GPU's idle time; `None` when the recording has no GPU samples.
 pub fn attribute(a: &Analysis) -> Option<Attribution> {
     attribute_with(a, &a.timed)
@@ -214,11 +217,14 @@ fn attribute_gpu(
     waits: &crate::cuda::WaitIndex,
     g: &crate::model::GpuTimeline,
 ) -> GpuAttribution {
-    let probed: std::collections::BTreeSet<u32> = a.cuda.probed_pids().collect();
-    let feeder_probed = roles
+    // The probes go on a moment into the recording; before that, the feeder's time in CUDA
+    // calls is not measured, and a sync spinning on-CPU would pass for host work.
+    let probed_since = roles
         .feeders
         .iter()
-        .any(|t| a.threads.get(t).is_some_and(|t| probed.contains(&t.pid)));
+        .filter_map(|t| a.threads.get(t))
+        .filter_map(|t| a.cuda.probed_since(t.pid))
+        .min();
     let launch_rate: f64 = roles
         .feeders
         .iter()
@@ -249,6 +255,7 @@ fn attribute_gpu(
         out.idle_ns += idle;
         let mut host = index.window(&a.timeline, roles, start, end);
         host.launch_bound = launch_rate >= rules::LAUNCH_BOUND_PER_SEC;
+        let feeder_probed = probed_since.is_some_and(|since| start >= since);
         if feeder_probed {
             let totals = waits.totals(start, end, |tid| roles.feeders.contains(&tid));
             let achieved = (totals.copy_ns() > 0.0 && totals.copy_bytes > 0.0)
@@ -258,7 +265,15 @@ fn attribute_gpu(
             host.link_gbps = link.map(|l| l.current_gbps()).filter(|g| *g > 0.0);
             host.cuda = Some(totals);
         }
-        let label = label_window(&host, f64::from(s.util_pct.min(100)) / 100.0);
+        let label = if probed_since.is_some_and(|since| start < since) {
+            Label {
+                cause: Cause::Unknown,
+                reason: Some(BEFORE_PROBES.into()),
+                scores: [0.0; rules::SCORED.len()],
+            }
+        } else {
+            label_window(&host, f64::from(s.util_pct.min(100)) / 100.0)
+        };
         *out.idle_by_cause.entry(label.cause).or_default() += idle;
         out.windows.push((start, end, idle, label.cause));
         let stalled = s.period_ns > 0 && idle as f64 >= STALL_IDLE_FRACTION * s.period_ns as f64;

@@ -57,6 +57,8 @@ pub struct ProbedLibrary {
     pub library: Library,
     pub attached: usize,
     pub missing: Vec<(String, String)>,
+    /// When the probes went on, CLOCK_MONOTONIC ns.
+    pub attached_ns: u64,
 }
 
 /// A process's NCCL communicator membership, from `ncclCommInitRank`.
@@ -108,6 +110,20 @@ impl CudaView {
             .iter()
             .map(|l| l.pid)
             .chain(self.calls.iter().map(|c| c.pid))
+    }
+
+    /// Since when `pid`'s CUDA calls were watched: its first probe attach, or its first call
+    /// seen. `None` for a process never probed.
+    pub fn probed_since(&self, pid: u32) -> Option<u64> {
+        let attached = self
+            .libraries
+            .iter()
+            .filter(|l| l.pid == pid && l.attached > 0);
+        let called = self.calls.iter().filter(|c| c.pid == pid);
+        attached
+            .map(|l| l.attached_ns)
+            .chain(called.map(|c| c.start_ns))
+            .min()
     }
 }
 
