@@ -40,6 +40,16 @@ const PHASES: [Phase; 3] = [
     },
 ];
 
+/// `cause`'s idle seconds are `want`, give or take the samples that straddle a phase change.
+fn assert_idle_s(g: &profiler_core::attribution::GpuAttribution, cause: Cause, want: f64) {
+    let got = *g.idle_by_cause.get(&cause).unwrap_or(&0) as f64 / 1e9;
+    assert!(
+        (got - want).abs() < 0.15,
+        "{cause:?}: {got:.2} s, want {want} s: {:?}",
+        g.idle_by_cause
+    );
+}
+
 fn phase_at(ms: u64) -> &'static Phase {
     PHASES
         .iter()
@@ -162,16 +172,8 @@ fn labels_each_phase_with_its_cause() {
     let g = &attr.gpus[0];
     let idle_s = |c: Cause| *g.idle_by_cause.get(&c).unwrap_or(&0) as f64 / 1e9;
     // 4 s at 70% idle and 2 s at 80% idle, give or take the straddling samples.
-    assert!(
-        (idle_s(Cause::DataloaderCpu) - 2.8).abs() < 0.15,
-        "{:?}",
-        g.idle_by_cause
-    );
-    assert!(
-        (idle_s(Cause::Disk) - 1.6).abs() < 0.15,
-        "{:?}",
-        g.idle_by_cause
-    );
+    assert_idle_s(g, Cause::DataloaderCpu, 2.8);
+    assert_idle_s(g, Cause::Disk, 1.6);
     let labelled = idle_s(Cause::DataloaderCpu) + idle_s(Cause::Disk);
     assert!(
         labelled / (g.idle_ns as f64 / 1e9) > 0.95,
@@ -278,23 +280,10 @@ fn before_the_cuda_probes_attach_a_probed_feeder_has_no_cause() {
     });
     let a = analyze(records);
     let g = &a.attribution.as_ref().expect("attributed").gpus[0];
-    let idle_s = |c: Cause| *g.idle_by_cause.get(&c).unwrap_or(&0) as f64 / 1e9;
     // 4 s to 6 s of the dataloader phase, at 70% idle, came before the probes.
-    assert!(
-        (idle_s(Cause::Unknown) - 1.4).abs() < 0.15,
-        "{:?}",
-        g.idle_by_cause
-    );
-    assert!(
-        (idle_s(Cause::DataloaderCpu) - 1.4).abs() < 0.15,
-        "{:?}",
-        g.idle_by_cause
-    );
-    assert!(
-        (idle_s(Cause::Disk) - 1.6).abs() < 0.15,
-        "{:?}",
-        g.idle_by_cause
-    );
+    assert_idle_s(g, Cause::Unknown, 1.4);
+    assert_idle_s(g, Cause::DataloaderCpu, 1.4);
+    assert_idle_s(g, Cause::Disk, 1.6);
     let before = g
         .stalls
         .iter()
