@@ -241,9 +241,11 @@ pub fn analyze(reps: u32) -> anyhow::Result<()> {
         eprintln!("xtask: {n} records in {:.1} s", t.elapsed().as_secs_f64());
     }
     let size_mib = std::fs::metadata(&file)?.len() as f64 / (1 << 20) as f64;
-    let out = tempdir(&dir)?;
     let mut runs = Vec::new();
     for _ in 0..reps.max(1) {
+        // An empty directory each time, as for a recording's first report: overwriting the
+        // last run's 150 MB of graphs would add the file system's cost of freeing them.
+        let out = tempdir(&dir)?;
         let started = Instant::now();
         let mut p = Proc::spawn(
             Command::new(release_bin("stallscope"))
@@ -263,6 +265,7 @@ pub fn analyze(reps: u32) -> anyhow::Result<()> {
             exit.describe()
         );
         runs.push((wall, exit.cpu_s, exit.maxrss_kib as f64 / 1024.0));
+        let _ = std::fs::remove_dir_all(&out);
     }
     runs.sort_by(|a, b| a.0.total_cmp(&b.0));
     let (wall, cpu, rss) = runs[runs.len() / 2];
@@ -283,7 +286,10 @@ pub fn analyze(reps: u32) -> anyhow::Result<()> {
         "- {} peak RSS ≤ {TARGET_RSS_MIB} MiB: {peak:.0} MiB",
         verdict(peak <= TARGET_RSS_MIB)
     );
-    let _ = std::fs::remove_dir_all(&out);
+    println!(
+        "Each run writes the JSON report and every flame graph and folded file into an empty \
+         directory."
+    );
     Ok(())
 }
 
