@@ -57,8 +57,9 @@ fn phase_at(ms: u64) -> &'static Phase {
         .unwrap_or(&PHASES[2])
 }
 
-fn recording() -> Vec<Record> {
-    let mut out = vec![
+/// The recording's start: its `Meta` and one GPU that the feeder uses.
+fn job_start() -> [Record; 2] {
+    [
         Record::Meta(Meta {
             target_pids: vec![FEEDER],
             start_ns: START,
@@ -71,6 +72,12 @@ fn recording() -> Vec<Record> {
             target_pids: vec![FEEDER],
             ..GpuInfo::default()
         }),
+    ]
+}
+
+fn recording() -> Vec<Record> {
+    let mut out = Vec::from(job_start());
+    out.extend([
         Record::Stack {
             id: 0,
             frames: vec!["main".into(), "worker_loop".into(), "decode_jpeg".into()],
@@ -83,7 +90,7 @@ fn recording() -> Vec<Record> {
                 "io_schedule_[k]".into(),
             ],
         },
-    ];
+    ]);
     for (tid, name) in [
         (FEEDER, "python"),
         (WORKERS[0], "pt_data_worker"),
@@ -267,11 +274,79 @@ fn no_gpu_samples_means_no_attribution() {
     assert!(analyze(records).attribution.is_none());
 }
 
+/// Four seconds of a feeder busy on its own while the GPU idles 70%: host work, or a sync
+/// spinning on-CPU, which only the CUDA probes tell apart. The probes attach at `attach_ms`.
+fn host_work(attach_ms: u64) -> Vec<Record> {
+    let mut out = Vec::from(job_start());
+    out.extend([
+        Record::Thread {
+            ts_ns: START,
+            tid: FEEDER,
+            pid: FEEDER,
+            comm: "python".into(),
+        },
+        Record::CudaProbes {
+            ts_ns: START + attach_ms * MS,
+            pid: FEEDER,
+            path: "/usr/lib/libcuda.so.1".into(),
+            library: profiler_core::cuda::Library::Driver,
+            attached: vec!["cuStreamSynchronize".into()],
+            missing: Vec::new(),
+        },
+    ]);
+    let mut c = ThreadCounters {
+        tid: FEEDER,
+        pid: FEEDER,
+        ..ThreadCounters::default()
+    };
+    let mut t = START;
+    while t < START + 4000 * MS {
+        c.on_cpu_ns += TICK * 95 / 100;
+        c.blocked_ns += TICK * 5 / 100;
+        t += TICK;
+        out.push(Record::Tick {
+            ts_ns: t,
+            threads: vec![c],
+        });
+    }
+    let mut s = START + PERIOD;
+    while s <= START + 4000 * MS {
+        out.push(Record::GpuUtil {
+            gpu: 0,
+            ts_ns: s,
+            period_ns: PERIOD,
+            util_pct: 30,
+        });
+        s += PERIOD;
+    }
+    out
+}
+
 #[test]
-fn before_the_cuda_probes_attach_a_probed_feeder_has_no_cause() {
+fn before_the_cuda_probes_attach_host_work_is_not_claimed() {
+    let a = analyze(host_work(2000));
+    let g = &a.attribution.as_ref().expect("attributed").gpus[0];
+    // The first two seconds at 70% idle came before the probes; the rest, with the feeder's
+    // CUDA calls watched and none seen, is host work.
+    assert_idle_s(g, Cause::Unknown, 1.4);
+    assert_idle_s(g, Cause::HostCompute, 1.4);
+    let before = g
+        .stalls
+        .iter()
+        .find(|s| s.start_ns < START + 1000 * MS && s.end_ns > START + 1000 * MS)
+        .expect("a stall at 1 s");
+    assert_eq!(before.cause, Cause::Unknown);
+    assert_eq!(
+        before.reason.as_deref(),
+        Some(profiler_core::attribution::BEFORE_PROBES)
+    );
+}
+
+#[test]
+fn before_the_cuda_probes_attach_other_causes_stand() {
     let mut records = recording();
     records.push(Record::CudaProbes {
-        ts_ns: START + 6000 * MS,
+        ts_ns: START + 9000 * MS,
         pid: FEEDER,
         path: "/usr/lib/libcuda.so.1".into(),
         library: profiler_core::cuda::Library::Driver,
@@ -280,18 +355,7 @@ fn before_the_cuda_probes_attach_a_probed_feeder_has_no_cause() {
     });
     let a = analyze(records);
     let g = &a.attribution.as_ref().expect("attributed").gpus[0];
-    // 4 s to 6 s of the dataloader phase, at 70% idle, came before the probes.
-    assert_idle_s(g, Cause::Unknown, 1.4);
-    assert_idle_s(g, Cause::DataloaderCpu, 1.4);
+    assert_idle_s(g, Cause::DataloaderCpu, 2.8);
     assert_idle_s(g, Cause::Disk, 1.6);
-    let before = g
-        .stalls
-        .iter()
-        .find(|s| s.start_ns < START + 5000 * MS && s.end_ns > START + 5000 * MS)
-        .expect("a stall at 5 s");
-    assert_eq!(before.cause, Cause::Unknown);
-    assert_eq!(
-        before.reason.as_deref(),
-        Some(profiler_core::attribution::BEFORE_PROBES)
-    );
+    assert_idle_s(g, Cause::Unknown, 0.0);
 }

@@ -178,7 +178,8 @@ const STALL_IDLE_FRACTION: f64 = 0.5;
 /// At most this many stalls per GPU are kept, the longest.
 const MAX_STALLS: usize = 20;
 
-/// Why a window of a probed feeder that starts before its probes went on has no cause.
+/// Why a window of a probed feeder that starts before its probes went on, and looks like host
+/// work, has no cause: the feeder's time in CUDA calls was not measured yet.
 pub const BEFORE_PROBES: &str = "before the CUDA probes attached to the feeder";
 
 /// Labels every GPU's idle time; `None` when the recording has no GPU samples.
@@ -265,15 +266,12 @@ fn attribute_gpu(
             host.link_gbps = link.map(|l| l.current_gbps()).filter(|g| *g > 0.0);
             host.cuda = Some(totals);
         }
-        let label = if probed_since.is_some_and(|since| start < since) {
-            Label {
-                cause: Cause::Unknown,
-                reason: Some(BEFORE_PROBES.into()),
-                scores: [0.0; rules::SCORED.len()],
-            }
-        } else {
-            label_window(&host, f64::from(s.util_pct.min(100)) / 100.0)
-        };
+        let mut label = label_window(&host, f64::from(s.util_pct.min(100)) / 100.0);
+        // Only host work is in doubt: the other causes stand on scheduler and IO evidence.
+        if label.cause == Cause::HostCompute && probed_since.is_some_and(|since| start < since) {
+            label.cause = Cause::Unknown;
+            label.reason = Some(BEFORE_PROBES.into());
+        }
         *out.idle_by_cause.entry(label.cause).or_default() += idle;
         out.windows.push((start, end, idle, label.cause));
         let stalled = s.period_ns > 0 && idle as f64 >= STALL_IDLE_FRACTION * s.period_ns as f64;
