@@ -7,9 +7,10 @@
 //! the thread's next switch-out, from the kernel's own `sched_info.run_delay` counter, which
 //! the scheduler updates just after the switch-in tracepoint.
 //!
-//! At `sched_switch` the current task is `prev`, so `prev`'s identity comes from the helper;
-//! only `next` (and the forked task) needs a read of `task_struct`, at the offset user space
-//! found in BTF: a plain load the verifier checks once (see `task_field`).
+//! At `sched_switch` the current task is `prev`, so `prev`'s identity comes from the helper.
+//! Other task fields (`next`'s pid, a tracked `prev`'s `run_delay` and `in_iowait`, a forked
+//! task's ids) are read at offsets user space found in BTF, with plain loads the verifier
+//! checks once (see `task_field`).
 use aya_ebpf::{
     helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns},
     macros::btf_tracepoint,

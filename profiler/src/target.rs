@@ -15,14 +15,14 @@ pub struct SeedThread {
     pub run_delay_ns: Option<u64>,
 }
 
-/// The second field of /proc/PID/task/TID/schedstat: time spent waiting on a run queue.
+/// A thread's time spent waiting on a run queue, from /proc/PID/task/TID/schedstat.
 pub fn run_delay(pid: u32, tid: u32) -> Option<u64> {
-    std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat"))
-        .ok()?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
+    let proc = procfs::process::Process::new(pid as i32).ok()?;
+    task_run_delay(&proc.task_from_tid(tid as i32).ok()?)
+}
+
+fn task_run_delay(task: &procfs::process::Task) -> Option<u64> {
+    task.schedstat().ok().map(|s| s.run_delay)
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -91,7 +91,7 @@ pub fn threads(pids: &BTreeSet<u32>) -> Vec<SeedThread> {
                 tid: task.tid as u32,
                 pid,
                 state: seed_state(letter),
-                run_delay_ns: run_delay(pid, task.tid as u32),
+                run_delay_ns: task_run_delay(&task),
             });
         }
     }
