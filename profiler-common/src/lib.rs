@@ -4,7 +4,9 @@
 //! Timestamps are `bpf_ktime_get_ns()`, i.e. CLOCK_MONOTONIC in nanoseconds. Requires Linux
 //! 5.8+ (BPF ring buffer) and BTF (tp_btf programs); offsets into kernel structs are never
 //! compiled in: user space reads them from BTF or tracefs and passes them as globals.
-#![no_std]
+#![cfg_attr(not(test), no_std)]
+
+mod accounting;
 
 /// Thread states the kernel side keeps per tracked thread.
 pub mod state {

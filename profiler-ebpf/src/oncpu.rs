@@ -1,34 +1,55 @@
 //! On-CPU stack sampling: a cpu-clock perf event on every CPU; ticks that land on a tracked
 //! thread send its user and kernel stacks.
+//!
+//! A sample also repairs a switch-in the kernel did not report. Some switches never reach
+//! `sched_switch`'s programs, ftrace's event included (seen here: every switch back from a
+//! VM agent's thread that preempts once a second); the thread then reads as off-CPU, in its
+//! old state, while it runs, until its next switch-out, which may be long for a thread that
+//! computes. A sample that finds a tracked thread running is proof that it was switched in:
+//! its off-CPU period ends at the last switch seen on this CPU (or when it began, if later),
+//! as at a switch-out that finds the same, so the error lasts one sampling period at most.
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
     macros::perf_event,
     programs::PerfEventContext,
 };
-use profiler_common::{CpuSample, kind};
+use profiler_common::{CpuSample, kind, state};
 
 use crate::{
     emit::{capture_stack, header, reserve, wakeup_flags},
-    maps::THREADS,
+    maps::{CPU_CURRENT, THREADS},
+    sched::found_running,
 };
 
 #[perf_event]
 pub fn cpu_sample(ctx: PerfEventContext) -> u32 {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tid = pid_tgid as u32;
-    if tid == 0 || THREADS.get_ptr(tid).is_none() {
+    if tid == 0 {
         return 0;
+    }
+    let Some(st) = THREADS.get_ptr_mut(tid) else {
+        return 0;
+    };
+    // SAFETY: map values stay valid for the program's run; the thread is running here, so
+    // no other CPU's switch touches its entry, and this CPU's switches run with interrupts
+    // off, so none interleaves with this.
+    let st = unsafe { &mut *st };
+    let now = unsafe { bpf_ktime_get_ns() };
+    if st.state != state::ON_CPU
+        && let Some(slot) = CPU_CURRENT.get_ptr_mut(0)
+    {
+        // SAFETY: this CPU's slot; its switches cannot run while this does.
+        let slot = unsafe { &mut *slot };
+        found_running(st, tid, slot.ts_ns, now);
+        slot.tid = tid;
+        slot.tracked = 1;
     }
     if let Some(mut entry) = reserve::<CpuSample>(kind::CPU_SAMPLE) {
         let rec = entry.as_mut_ptr();
         // SAFETY: `rec` is a reserved record of the right size, fully written before submit.
         unsafe {
-            (*rec).header = header(
-                kind::CPU_SAMPLE,
-                tid,
-                (pid_tgid >> 32) as u32,
-                bpf_ktime_get_ns(),
-            );
+            (*rec).header = header(kind::CPU_SAMPLE, tid, (pid_tgid >> 32) as u32, now);
             capture_stack(&ctx, &raw mut (*rec).stack);
         }
         entry.submit(wakeup_flags());

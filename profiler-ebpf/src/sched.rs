@@ -16,9 +16,7 @@ use aya_ebpf::{
     macros::btf_tracepoint,
     programs::BtfTracePointContext,
 };
-use profiler_common::{
-    Header, OffCpuSample, RUN_DELAY_UNKNOWN, ThreadExit, ThreadNew, ThreadStats, kind, state,
-};
+use profiler_common::{Header, OffCpuSample, ThreadExit, ThreadNew, ThreadStats, kind, state};
 
 use crate::{
     emit::{capture_stack, header, reserve, wakeup_flags},
@@ -42,9 +40,9 @@ unsafe fn task_field<T: Copy>(task: *const u8, offset: u32) -> T {
     unsafe { core::ptr::read_volatile(task.add(offset as usize) as *const T) }
 }
 
-/// Moves the run-queue tail of the thread's last off-CPU period, learned from the growth of
-/// its `run_delay` since its previous switch-out, out of the bucket the period went to.
-/// `task` is the thread's own `task_struct`, a tracepoint argument (see [`task_field`]).
+/// Settles the run-queue tail of the thread's last off-CPU period (see
+/// [`ThreadStats::settle_run_delay`]). `task` is the thread's own `task_struct`, a tracepoint
+/// argument (see [`task_field`]).
 #[inline(always)]
 fn settle_run_delay(st: &mut ThreadStats, task: *const u8) {
     let o = offsets();
@@ -53,48 +51,24 @@ fn settle_run_delay(st: &mut ThreadStats, task: *const u8) {
     }
     // SAFETY: `task` is a tracepoint's task argument; the offset is BTF's `sched_info.run_delay`.
     let rd: u64 = unsafe { task_field(task, o.task_run_delay) };
-    if st.run_delay_ns != RUN_DELAY_UNKNOWN && rd > st.run_delay_ns {
-        let waited = (rd - st.run_delay_ns).min(st.off_len_ns);
-        if st.off_state == state::IO_WAIT {
-            let mv = waited.min(st.io_wait_ns);
-            st.io_wait_ns -= mv;
-            st.runqueue_ns += mv;
-        } else if st.off_state == state::BLOCKED {
-            let mv = waited.min(st.blocked_ns);
-            st.blocked_ns -= mv;
-            st.runqueue_ns += mv;
-        }
-    }
-    if rd != 0 {
-        st.run_delay_ns = rd;
-    }
-    st.off_state = state::ON_CPU;
-    st.off_len_ns = 0;
+    st.settle_run_delay(rd);
 }
 
-/// Ends an off-CPU period at `now` (a switch-in, seen or inferred): credits it to its state
-/// and remembers it for [`settle_run_delay`].
+/// Ends an off-CPU period at `now`, a switch-in: its stack sample, if one is waiting, gets
+/// its end.
 #[inline(always)]
 fn come_back(st: &mut ThreadStats, tid: u32, now: u64) {
     end_offcpu(st, tid, now);
-    st.off_state = st.state;
-    st.off_len_ns = now.saturating_sub(st.since_ns);
-    credit(st, now);
-    st.state = state::ON_CPU;
+    st.come_back(now);
 }
 
-/// Adds the time since `since_ns` to the bucket of the current state. Written as four
-/// selects rather than a match: LLVM turns the match into an indexed store the verifier
-/// cannot bound.
+/// The thread is on this CPU at `now`; if its switch-in went unseen, ends its off-CPU period
+/// (see [`ThreadStats::found_running`]).
 #[inline(always)]
-fn credit(st: &mut ThreadStats, now: u64) {
-    let dur = now.saturating_sub(st.since_ns);
-    let s = st.state;
-    st.on_cpu_ns += if s == state::ON_CPU { dur } else { 0 };
-    st.runqueue_ns += if s == state::RUNQUEUE { dur } else { 0 };
-    st.io_wait_ns += if s == state::IO_WAIT { dur } else { 0 };
-    st.blocked_ns += if s == state::BLOCKED { dur } else { 0 };
-    st.since_ns = now;
+pub fn found_running(st: &mut ThreadStats, tid: u32, cpu_last_switch_ns: u64, now: u64) {
+    if let Some(back) = st.found_running(cpu_last_switch_ns, now) {
+        end_offcpu(st, tid, back);
+    }
 }
 
 #[btf_tracepoint(function = "sched_switch")]
@@ -133,7 +107,7 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
             // SAFETY: as above.
             let st = unsafe { &mut *st };
             if st.state == state::ON_CPU {
-                credit(st, now);
+                st.credit(now);
             } else {
                 come_back(st, next_tid, now);
             }
@@ -156,15 +130,8 @@ fn switch_out(
     now: u64,
     cpu_last_switch_ns: u64,
 ) {
-    if st.state != state::ON_CPU {
-        let back = if cpu_last_switch_ns > st.since_ns && cpu_last_switch_ns < now {
-            cpu_last_switch_ns
-        } else {
-            st.since_ns
-        };
-        come_back(st, tid, back);
-    }
-    credit(st, now);
+    found_running(st, tid, cpu_last_switch_ns, now);
+    st.credit(now);
     let prev: *const u8 = ctx.arg(1);
     settle_run_delay(st, prev);
     let preempt = ctx.arg::<u64>(0) & 0xff != 0;
@@ -264,7 +231,7 @@ pub fn sched_process_exit(ctx: BtfTracePointContext) -> i32 {
     // SAFETY: map values stay valid for the program's run.
     let st = unsafe { &mut *st };
     let now = unsafe { bpf_ktime_get_ns() };
-    credit(st, now);
+    st.credit(now);
     // The exiting task, which is the current one.
     let task: *const u8 = ctx.arg(0);
     settle_run_delay(st, task);

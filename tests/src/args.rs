@@ -2,7 +2,7 @@
 use std::{collections::BTreeMap, io, path::PathBuf, time::Duration};
 
 pub const USAGE: &str = "usage: stallwork <command> [--key value]...
-  spin --secs N                    one thread burns CPU
+  spin --secs N [--cpu C]          one thread burns CPU (pinned to C if given)
   pinned --cpu C --secs N          two spinning threads pinned to CPU C
   cold-read --file P --mb M --secs N   re-read an evicted file with buffered reads
   sleep --secs N                   one thread sleeping in 10 ms naps
@@ -18,6 +18,7 @@ pub const USAGE: &str = "usage: stallwork <command> [--key value]...
 #[derive(Clone, Debug, PartialEq)]
 pub enum Command {
     Spin {
+        cpu: Option<usize>,
         secs: Duration,
     },
     Pinned {
@@ -116,7 +117,10 @@ pub fn parse(argv: &[String]) -> io::Result<Command> {
         .ok_or_else(|| invalid("no command given".to_owned()))?;
     let mut o = Options::parse(rest)?;
     let command = match name.as_str() {
-        "spin" => Command::Spin { secs: o.secs()? },
+        "spin" => Command::Spin {
+            cpu: o.take("cpu")?,
+            secs: o.secs()?,
+        },
         "pinned" => Command::Pinned {
             cpu: o.need("cpu")?,
             secs: o.secs()?,

@@ -38,9 +38,12 @@ pub fn join_all(handles: Vec<JoinHandle<io::Result<()>>>) -> io::Result<()> {
     Ok(())
 }
 
-/// `spin`: the main thread burns CPU.
-pub fn spin(secs: Duration) -> io::Result<()> {
+/// `spin`: the main thread burns CPU, on `cpu` alone if given.
+pub fn spin(cpu: Option<usize>, secs: Duration) -> io::Result<()> {
     let deadline = Instant::now() + secs;
+    if let Some(cpu) = cpu {
+        sys::pin_to_cpu(cpu)?;
+    }
     announce_ready()?;
     burn_until(deadline);
     Ok(())

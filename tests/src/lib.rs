@@ -15,7 +15,7 @@ use args::Command;
 /// Runs one parsed subcommand to completion.
 pub fn run(command: Command) -> std::io::Result<()> {
     match command {
-        Command::Spin { secs } => cpu::spin(secs),
+        Command::Spin { cpu, secs } => cpu::spin(cpu, secs),
         Command::Pinned { cpu, secs } => cpu::pinned(cpu, secs),
         Command::ColdRead { file, mb, secs } => io::cold_read(&file, mb, secs),
         Command::Sleep { secs } => cpu::sleep(secs),

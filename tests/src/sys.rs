@@ -5,7 +5,9 @@ use std::{
     fs::File,
     io,
     os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
+    os::unix::process::CommandExt as _,
     panic::{AssertUnwindSafe, catch_unwind},
+    process::Command,
 };
 
 fn check(ret: libc::c_int) -> io::Result<()> {
@@ -16,20 +18,61 @@ fn check(ret: libc::c_int) -> io::Result<()> {
     }
 }
 
-/// Pins the calling thread (not the whole process) to `cpu`.
-pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
-    if cpu >= libc::CPU_SETSIZE as usize {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("CPU {cpu} is out of range"),
-        ));
-    }
+/// The CPUs the calling thread may run on.
+pub fn allowed_cpus() -> io::Result<Vec<usize>> {
     // SAFETY: an all-zero cpu_set_t is a valid empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `cpu` is below CPU_SETSIZE, checked above.
-    unsafe { libc::CPU_SET(cpu, &mut set) };
+    // SAFETY: pid 0 is the calling thread; `set` is a valid out-pointer of the size passed.
+    check(unsafe { libc::sched_getaffinity(0, size_of::<libc::cpu_set_t>(), &mut set) })?;
+    Ok((0..libc::CPU_SETSIZE as usize)
+        // SAFETY: `cpu` is below CPU_SETSIZE.
+        .filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) })
+        .collect())
+}
+
+/// Pins the calling thread (not the whole process) to `cpu`.
+pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
+    pin_to_cpus(&[cpu])
+}
+
+/// Keeps the calling thread (and threads it starts later) on `cpus`.
+pub fn pin_to_cpus(cpus: &[usize]) -> io::Result<()> {
+    let set = cpu_set(cpus)?;
     // SAFETY: pid 0 is the calling thread; `set` is a valid cpu_set_t of the size passed.
     check(unsafe { libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) })
+}
+
+/// Makes the program `cmd` starts run on `cpus` only, from its first instruction.
+pub fn spawn_on_cpus(cmd: &mut Command, cpus: &[usize]) -> io::Result<()> {
+    let set = cpu_set(cpus)?;
+    // SAFETY: the hook makes one system call on a set built beforehand: async-signal-safe,
+    // as code between fork and exec must be.
+    unsafe {
+        cmd.pre_exec(move || {
+            check(libc::sched_setaffinity(
+                0,
+                size_of::<libc::cpu_set_t>(),
+                &set,
+            ))
+        });
+    }
+    Ok(())
+}
+
+fn cpu_set(cpus: &[usize]) -> io::Result<libc::cpu_set_t> {
+    // SAFETY: an all-zero cpu_set_t is a valid empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for &cpu in cpus {
+        if cpu >= libc::CPU_SETSIZE as usize {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("CPU {cpu} is out of range"),
+            ));
+        }
+        // SAFETY: `cpu` is below CPU_SETSIZE, checked above.
+        unsafe { libc::CPU_SET(cpu, &mut set) };
+    }
+    Ok(set)
 }
 
 /// Names the calling thread, as `ps` and stallscope's `comm` show it (at most 15 bytes).

@@ -10,11 +10,13 @@ mod common;
 use std::time::Duration;
 
 use common::{
+    Scratch,
     oracle::{COUNTERS_EVERY, STATES_EVERY, Sampler, Samples},
     procfs, serial,
+    spawned::Spawned,
     stallscope::{
-        Recording, assert_close, assert_covers_window, assert_in_range, record, split, thread,
-        u64_field, window,
+        RECORD_TIMEOUT, Recording, assert_close, assert_covers_window, assert_in_range,
+        assert_success, command, record, split, thread, u64_field, window,
     },
     workload::Workload,
 };
@@ -172,4 +174,77 @@ fn sleeper_is_blocked() {
     let o = samples.split(w.pid, start, end);
     eprintln!("stallscope: {s:?}\nkernel: {o:?}");
     assert_in_range("sleeper on-CPU", s.on_cpu, o.on_cpu_range());
+}
+
+/// A thread switched in without a `sched_switch` the programs saw must read as on-CPU within
+/// a sampling period, not from its next switch-out, which for a thread computing alone on its
+/// CPU may be seconds away. Some switches never reach the tracepoint (on these VMs, each
+/// switch back from an agent thread that preempts now and then); the one every recording
+/// has is a thread already running when the programs attach, seeded as queued from its
+/// /proc state. Here a spinner has a CPU to itself, the recorder and the oracle kept off it,
+/// and every tick slice of it must hold no more run-queue time than the kernel counted.
+#[test]
+fn a_thread_switched_in_unseen_reads_as_on_cpu() {
+    let _serial = serial();
+    let cpus = stallscope_tests::sys::allowed_cpus().expect("sched_getaffinity");
+    let (&spin_cpu, others) = cpus.split_last().expect("this process may run on some CPU");
+    assert!(
+        !others.is_empty(),
+        "needs two CPUs: one for the spinner alone, one for everything else"
+    );
+    // The oracle's thread inherits this.
+    stallscope_tests::sys::pin_to_cpus(others).expect("pinning the test thread");
+    let w = Workload::start(&[
+        "spin",
+        "--cpu",
+        &spin_cpu.to_string(),
+        "--secs",
+        WORKLOAD_SECS,
+    ]);
+    let sampler = Sampler::start(w.pid, &[w.pid], COUNTERS_EVERY);
+    let dir = Scratch::new("unseen");
+    let file = dir.join("x.rec");
+    let mut cmd = command();
+    cmd.args(["record", "-d", "2s", "-o"])
+        .arg(&file)
+        .args(["--pid", &w.pid.to_string()]);
+    stallscope_tests::sys::spawn_on_cpus(&mut cmd, others).expect("an affinity hook");
+    let f = Spawned::start(&mut cmd).finish(RECORD_TIMEOUT);
+    assert_success(&f, "stallscope record");
+    let samples = sampler.stop();
+    // One sampling period (99 Hz), an oracle interval at each edge, and slack.
+    let allowance_ns = 30e6;
+    let slices = tick_runqueue(&file, &[w.pid]);
+    assert!(slices.len() >= 20, "only {} tick slices", slices.len());
+    for (t0, t1, tid, rq) in slices {
+        let bound = samples.runqueue_at_most(tid, t0, t1);
+        assert!(
+            rq <= bound + allowance_ns,
+            "the spinner waited {:.1} ms in the run queue between ticks at {t0} and {t1} by \
+             stallscope, at most {:.1} ms by schedstat",
+            rq / 1e6,
+            bound / 1e6
+        );
+    }
+}
+
+/// `(slice start, slice end, tid, run-queue ns)` for each pair of consecutive ticks that
+/// both hold one of `tids`.
+fn tick_runqueue(file: &std::path::Path, tids: &[u32]) -> Vec<(u64, u64, u32, f64)> {
+    use profiler_core::{reader::RecordReader, record::Record};
+    let f = std::fs::File::open(file).expect("the recording");
+    let mut reader = RecordReader::new(std::io::BufReader::new(f)).expect("a recording header");
+    let mut last: std::collections::HashMap<u32, (u64, u64)> = Default::default();
+    let mut out = Vec::new();
+    while let Some(rec) = reader.next_record().expect("a readable recording") {
+        let Record::Tick { ts_ns, threads } = rec else {
+            continue;
+        };
+        for c in threads.iter().filter(|c| tids.contains(&c.tid)) {
+            if let Some((t0, rq0)) = last.insert(c.tid, (ts_ns, c.runqueue_ns)) {
+                out.push((t0, ts_ns, c.tid, c.runqueue_ns as f64 - rq0 as f64));
+            }
+        }
+    }
+    out
 }

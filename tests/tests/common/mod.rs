@@ -74,21 +74,8 @@ impl Drop for Scratch {
 
 /// The highest CPU this process may run on: the one pinned workloads share.
 pub fn last_allowed_cpu() -> usize {
-    // SAFETY: an all-zero cpu_set_t is a valid empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: pid 0 is this thread; `set` is a valid out-pointer of the size passed.
-    let r = unsafe { libc::sched_getaffinity(0, size_of::<libc::cpu_set_t>(), &mut set) };
-    assert_eq!(
-        r,
-        0,
-        "sched_getaffinity: {}",
-        std::io::Error::last_os_error()
-    );
-    (0..libc::CPU_SETSIZE as usize)
-        .rev()
-        // SAFETY: `cpu` is below CPU_SETSIZE.
-        .find(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) })
-        .unwrap()
+    let cpus = stallscope_tests::sys::allowed_cpus().expect("sched_getaffinity");
+    *cpus.last().expect("this process may run on some CPU")
 }
 
 /// Finds a program on PATH or in the sbin directories, which a plain user's PATH may lack.

@@ -145,6 +145,20 @@ impl Samples {
             .unwrap_or_else(|| panic!("thread {tid} never ran while the oracle watched it"))
     }
 
+    /// An upper bound on the thread's run-queue wait within `[start_ns, end_ns]`: the growth
+    /// of schedstat's total from the last reading before `start_ns` to the first settled one
+    /// after `end_ns`. A wait still open at that reading began after the thread last ran, so
+    /// less than one interval before it, and is missing from the bound.
+    pub fn runqueue_at_most(&self, tid: u32, start_ns: u64, end_ns: u64) -> f64 {
+        let s = &self.0;
+        let a = s.partition_point(|x| x.t_ns <= start_ns).checked_sub(1);
+        let a = a.unwrap_or_else(|| panic!("no oracle reading before {start_ns}"));
+        let b = (s.partition_point(|x| x.t_ns < end_ns).max(1)..s.len())
+            .find(|&k| self.settled(tid, k))
+            .unwrap_or_else(|| panic!("no settled oracle reading after {end_ns}"));
+        Self::task(&s[b], tid).runqueue_ns - Self::task(&s[a], tid).runqueue_ns
+    }
+
     /// What share of (about) `[start_ns, end_ns]` the thread spent on CPU, queued and in
     /// IO wait.
     pub fn split(&self, tid: u32, start_ns: u64, end_ns: u64) -> OracleSplit {

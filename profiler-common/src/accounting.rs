@@ -1,0 +1,159 @@
+//! The per-thread state machine that the scheduler programs drive, free of kernel calls so
+//! that host tests can replay event sequences through it. Everything is `#[inline(always)]`:
+//! the programs cannot afford calls, and the verifier checks the code where it is used.
+use crate::{RUN_DELAY_UNKNOWN, ThreadStats, state};
+
+impl ThreadStats {
+    /// Adds the time since `since_ns` to the bucket of the current state. Written as four
+    /// selects rather than a match: LLVM turns the match into an indexed store the verifier
+    /// cannot bound.
+    #[inline(always)]
+    pub fn credit(&mut self, now: u64) {
+        let dur = now.saturating_sub(self.since_ns);
+        let s = self.state;
+        self.on_cpu_ns += if s == state::ON_CPU { dur } else { 0 };
+        self.runqueue_ns += if s == state::RUNQUEUE { dur } else { 0 };
+        self.io_wait_ns += if s == state::IO_WAIT { dur } else { 0 };
+        self.blocked_ns += if s == state::BLOCKED { dur } else { 0 };
+        self.since_ns = now;
+    }
+
+    /// Ends an off-CPU period at `now`, a switch-in: credits the period to its state and
+    /// remembers it for [`Self::settle_run_delay`].
+    #[inline(always)]
+    pub fn come_back(&mut self, now: u64) {
+        self.off_state = self.state;
+        self.off_len_ns = now.saturating_sub(self.since_ns);
+        self.credit(now);
+        self.state = state::ON_CPU;
+    }
+
+    /// The thread is on a CPU at `now` (a stack sample landed on it, or it is switching
+    /// out). If it is recorded off-CPU, its switch-in went unseen: the kernel did not report
+    /// it, or it came before the programs attached. It came after the last switch seen on
+    /// this CPU (`cpu_last_switch_ns`, 0 for none), so its off-CPU period ends there, or
+    /// where the period began if that is later; the time from then on is on-CPU. Returns
+    /// that moment when it ended the period.
+    #[inline(always)]
+    pub fn found_running(&mut self, cpu_last_switch_ns: u64, now: u64) -> Option<u64> {
+        if self.state == state::ON_CPU {
+            return None;
+        }
+        let back = if cpu_last_switch_ns > self.since_ns && cpu_last_switch_ns < now {
+            cpu_last_switch_ns
+        } else {
+            self.since_ns
+        };
+        self.come_back(back);
+        Some(back)
+    }
+
+    /// At a switch-out, with the kernel's `sched_info.run_delay` of the thread: its growth
+    /// since the previous switch-out is the run-queue tail of the last off-CPU period (woken,
+    /// waiting for a CPU), which moves out of the bucket the period was credited to.
+    #[inline(always)]
+    pub fn settle_run_delay(&mut self, run_delay_ns: u64) {
+        let rd = run_delay_ns;
+        if self.run_delay_ns != RUN_DELAY_UNKNOWN && rd > self.run_delay_ns {
+            let waited = (rd - self.run_delay_ns).min(self.off_len_ns);
+            if self.off_state == state::IO_WAIT {
+                let mv = waited.min(self.io_wait_ns);
+                self.io_wait_ns -= mv;
+                self.runqueue_ns += mv;
+            } else if self.off_state == state::BLOCKED {
+                let mv = waited.min(self.blocked_ns);
+                self.blocked_ns -= mv;
+                self.runqueue_ns += mv;
+            }
+        }
+        if rd != 0 {
+            self.run_delay_ns = rd;
+        }
+        self.off_state = state::ON_CPU;
+        self.off_len_ns = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// As user space seeds a thread at attach, from its /proc state.
+    fn seeded(st: u32, at: u64) -> ThreadStats {
+        ThreadStats {
+            state: st,
+            since_ns: at,
+            off_state: state::ON_CPU,
+            run_delay_ns: RUN_DELAY_UNKNOWN,
+            ..ThreadStats::default()
+        }
+    }
+
+    fn buckets(s: &ThreadStats) -> [u64; 4] {
+        [s.on_cpu_ns, s.runqueue_ns, s.io_wait_ns, s.blocked_ns]
+    }
+
+    #[test]
+    fn a_thread_running_at_attach_is_on_cpu_from_its_first_sample() {
+        // Seeded as queued (/proc said R) at 100; no switch seen on its CPU since.
+        let mut s = seeded(state::RUNQUEUE, 100);
+        assert_eq!(s.found_running(0, 110), Some(100));
+        assert_eq!(s.state, state::ON_CPU);
+        s.credit(400);
+        assert_eq!(buckets(&s), [300, 0, 0, 0]);
+        // A second sample changes nothing.
+        assert_eq!(s.found_running(0, 500), None);
+    }
+
+    #[test]
+    fn an_unseen_switch_in_ends_the_wait_at_the_cpus_last_seen_switch() {
+        let mut s = seeded(state::ON_CPU, 0);
+        // Preempted at 100; another thread of ours ran on the CPU until 130; then the switch
+        // back to this one went unreported.
+        s.credit(100);
+        s.state = state::RUNQUEUE;
+        assert_eq!(s.found_running(130, 140), Some(130));
+        s.credit(200);
+        assert_eq!(buckets(&s), [100 + 70, 30, 0, 0]);
+    }
+
+    #[test]
+    fn a_cpu_switch_outside_the_wait_does_not_bound_it() {
+        // The CPU's last seen switch came before the wait began, or is in the future of a
+        // clock read on another CPU: the wait ends where it began.
+        for last in [50, 300] {
+            let mut s = seeded(state::BLOCKED, 100);
+            assert_eq!(s.found_running(last, 200), Some(100));
+            s.credit(200);
+            assert_eq!(buckets(&s), [100, 0, 0, 0], "last seen switch {last}");
+        }
+    }
+
+    #[test]
+    fn run_delay_moves_the_wake_up_wait_out_of_the_sleep() {
+        let mut s = seeded(state::ON_CPU, 0);
+        s.run_delay_ns = 1_000;
+        s.credit(100);
+        s.state = state::IO_WAIT;
+        s.come_back(400);
+        s.credit(450);
+        // 40 of the 300 off-CPU were a wait for a CPU after the IO completed.
+        s.settle_run_delay(1_040);
+        assert_eq!(buckets(&s), [150, 40, 260, 0]);
+        assert_eq!(s.run_delay_ns, 1_040);
+        // Growth beyond the period is capped at it.
+        s.state = state::BLOCKED;
+        s.come_back(470);
+        s.settle_run_delay(1_200);
+        assert_eq!(buckets(&s), [150, 60, 260, 0]);
+    }
+
+    #[test]
+    fn the_first_switch_out_only_sets_the_baseline() {
+        let mut s = seeded(state::BLOCKED, 0);
+        s.come_back(50);
+        s.settle_run_delay(9_999);
+        assert_eq!(buckets(&s), [0, 0, 0, 50]);
+        assert_eq!(s.run_delay_ns, 9_999);
+    }
+}
