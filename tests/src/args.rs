@@ -184,6 +184,13 @@ mod tests {
             }
         );
         assert_eq!(
+            parse(&argv("spin --secs 1 --cpu 1")).unwrap(),
+            Command::Spin {
+                cpu: Some(1),
+                secs: Duration::from_secs(1)
+            }
+        );
+        assert_eq!(
             parse(&argv("pingpong --secs 1")).unwrap(),
             Command::PingPong {
                 cpu: 0,
@@ -199,7 +206,8 @@ mod tests {
             "spin",
             "spin --secs",
             "spin --secs x",
-            "spin --secs 1 --cpu 2",
+            "spin --secs 1 --cpu x",
+            "sleep --secs 1 --cpu 2",
             "spin secs 1",
             "jump --secs 1",
             "spin --secs -1",
