@@ -184,7 +184,7 @@ impl Analyzer {
         match record {
             Record::Meta(meta) => {
                 if self.meta.is_none() {
-                    self.meta = Some(meta);
+                    self.meta = Some(*meta);
                 }
             }
             Record::Thread {

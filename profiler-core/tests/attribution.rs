@@ -60,12 +60,12 @@ fn phase_at(ms: u64) -> &'static Phase {
 /// The recording's start: its `Meta` and one GPU that the feeder uses.
 fn job_start() -> [Record; 2] {
     [
-        Record::Meta(Meta {
+        Record::Meta(Box::new(Meta {
             target_pids: vec![FEEDER],
             start_ns: START,
             tick_ns: TICK,
             ..Meta::default()
-        }),
+        })),
         Record::Gpu(GpuInfo {
             index: 0,
             name: "test GPU".into(),

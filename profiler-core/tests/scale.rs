@@ -24,11 +24,11 @@ fn write_big(w: impl Write) -> std::io::Result<u64> {
     };
     put(
         &mut w,
-        &Record::Meta(Meta {
+        &Record::Meta(Box::new(Meta {
             target_pids: vec![1000],
             tick_ns: TICK_NS,
             ..Meta::default()
-        }),
+        })),
     )?;
     for tid in 0..THREADS {
         let pid = 1000 + tid / 3;

@@ -126,7 +126,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<i32> {
         .unwrap_or_else(|| default_output(&args, roots[0]));
     let file = owner::create_private(&path)?;
     let mut writer = RecordingWriter::new(BufWriter::new(file))?;
-    writer.write(&Record::Meta(Meta {
+    writer.write(&Record::Meta(Box::new(Meta {
         target_pids: roots.clone(),
         command: args.command.clone(),
         start_ns,
@@ -142,7 +142,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<i32> {
         sample_hz: args.rate,
         tick_ns: args.tick.as_nanos() as u64,
         stallscope_version: env!("CARGO_PKG_VERSION").to_string(),
-    }))?;
+    })))?;
     // SAFETY: sysconf has no preconditions.
     let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as u32;
     writer.write(&Record::Host { cpus })?;

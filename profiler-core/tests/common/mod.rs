@@ -83,7 +83,7 @@ fn cpu(ms_after_start: u64, tid: u32, pid: u32, stack: u32) -> Record {
 pub fn fixture() -> Vec<Record> {
     let t = |ms: u64| START_NS + ms * MS;
     let mut records = vec![
-        Record::Meta(Meta {
+        Record::Meta(Box::new(Meta {
             target_pids: vec![100],
             command: vec![
                 "python".into(),
@@ -98,7 +98,7 @@ pub fn fixture() -> Vec<Record> {
             sample_hz: 99,
             tick_ns: 100 * MS,
             stallscope_version: "0.1.0".into(),
-        }),
+        })),
         Record::Process {
             ts_ns: t(0),
             pid: 100,

@@ -78,14 +78,14 @@ fn generate(path: &Path) -> anyhow::Result<u64> {
     };
     put(
         &mut w,
-        Record::Meta(Meta {
+        Record::Meta(Box::new(Meta {
             target_pids: vec![FEEDER],
             start_ns: START,
             tick_ns: 50 * MS,
             sample_hz: 99,
             hostname: "bench".into(),
             ..Meta::default()
-        }),
+        })),
     )?;
     put(&mut w, Record::Host { cpus: CPUS as u32 })?;
     put(
