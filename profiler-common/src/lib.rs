@@ -59,10 +59,12 @@ pub const RUN_DELAY_UNKNOWN: u64 = u64::MAX;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CpuSlot {
-    /// The task switched in at `ts_ns`.
-    pub tid: u32,
-    /// Non-zero when `tid` is tracked.
+    /// The `task_struct` switched in at `ts_ns`, as an address: comparing it with the next
+    /// switch's `prev` costs neither a helper call nor a read of the task.
+    pub task: u64,
+    /// Non-zero when `task` is tracked.
     pub tracked: u32,
+    pub _pad: u32,
     /// The last switch seen on this CPU; 0 before the first.
     pub ts_ns: u64,
 }

@@ -9,7 +9,7 @@
 //! its off-CPU period ends at the last switch seen on this CPU (or when it began, if later),
 //! as at a switch-out that finds the same, so the error lasts one sampling period at most.
 use aya_ebpf::{
-    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
+    helpers::{bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns},
     macros::perf_event,
     programs::PerfEventContext,
 };
@@ -42,7 +42,8 @@ pub fn cpu_sample(ctx: PerfEventContext) -> u32 {
         // SAFETY: this CPU's slot; its switches cannot run while this does.
         let slot = unsafe { &mut *slot };
         found_running(st, tid, slot.ts_ns, now);
-        slot.tid = tid;
+        // SAFETY: the helper only returns the current task's address.
+        slot.task = unsafe { bpf_get_current_task() };
         slot.tracked = 1;
     }
     if let Some(mut entry) = reserve::<CpuSample>(kind::CPU_SAMPLE) {

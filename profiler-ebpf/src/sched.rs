@@ -7,8 +7,9 @@
 //! the thread's next switch-out, from the kernel's own `sched_info.run_delay` counter, which
 //! the scheduler updates just after the switch-in tracepoint.
 //!
-//! At `sched_switch` the current task is `prev`, so `prev`'s identity comes from the helper.
-//! Other task fields (`next`'s pid, a tracked `prev`'s `run_delay` and `in_iowait`, a forked
+//! At `sched_switch`, `prev` is first recognised by its address, against the task this CPU
+//! last switched to (`CPU_CURRENT`); only one that is not known untracked that way is looked
+//! up, by the TID from the helper (the current task is `prev`). Other task fields (`next`'s pid, a tracked `prev`'s `run_delay` and `in_iowait`, a forked
 //! task's ids) are read at offsets user space found in BTF, with plain loads the verifier
 //! checks once (see `task_field`).
 use aya_ebpf::{
@@ -78,34 +79,41 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
     };
     // SAFETY: a per-CPU slot; only this CPU's switches touch it.
     let slot = unsafe { &mut *slot };
-    let prev_tid = bpf_get_current_pid_tgid() as u32;
-    let next: *const u8 = ctx.arg(2);
+    let prev_task: u64 = ctx.arg(1);
+    let next_task: u64 = ctx.arg(2);
     // SAFETY: `next` is the tracepoint's task argument; the offset is BTF's `pid`.
-    let next_tid: u32 = unsafe { task_field(next, offsets().task_pid) };
-    let next_stats = if maybe_tracked(next_tid) {
-        THREADS.get_ptr_mut(next_tid)
+    let next_tid: u32 = unsafe { task_field(next_task as *const u8, offsets().task_pid) };
+    // A plain pointer, null for none, rather than an `Option`: LLVM split the option into a
+    // flag and a pointer it left undefined when none, and spilled that undefined register on
+    // a path the verifier walks ("R9 !read_ok").
+    let next_stats: *mut ThreadStats = if maybe_tracked(next_tid) {
+        THREADS
+            .get_ptr_mut(next_tid)
+            .unwrap_or(core::ptr::null_mut())
     } else {
-        None
+        core::ptr::null_mut()
     };
-    let prev_untracked = slot.tid == prev_tid && slot.tracked == 0 && slot.ts_ns != 0;
-    if prev_untracked && next_stats.is_none() {
+    let prev_untracked = slot.task == prev_task && slot.tracked == 0 && slot.ts_ns != 0;
+    if prev_untracked && next_stats.is_null() {
         // Neither thread is ours, as in most switches on a busy host: no clock read. The
         // slot keeps the time of the last switch that was, which only bounds a tracked
         // thread's switch-in that went unseen.
-        slot.tid = next_tid;
+        slot.task = next_task;
         return 0;
     }
     let now = unsafe { bpf_ktime_get_ns() };
-    if !prev_untracked && let Some(st) = THREADS.get_ptr_mut(prev_tid) {
-        // SAFETY: map values stay valid for the program's run.
-        switch_out(&ctx, unsafe { &mut *st }, prev_tid, now, slot.ts_ns);
+    if !prev_untracked {
+        let prev_tid = bpf_get_current_pid_tgid() as u32;
+        if let Some(st) = THREADS.get_ptr_mut(prev_tid) {
+            // SAFETY: map values stay valid for the program's run.
+            switch_out(&ctx, unsafe { &mut *st }, prev_tid, now, slot.ts_ns);
+        }
     }
-    slot.tid = next_tid;
+    slot.task = next_task;
     slot.ts_ns = now;
-    slot.tracked = match next_stats {
+    // SAFETY: as above; null is none.
+    slot.tracked = match unsafe { next_stats.as_mut() } {
         Some(st) => {
-            // SAFETY: as above.
-            let st = unsafe { &mut *st };
             if st.state == state::ON_CPU {
                 st.credit(now);
             } else {
