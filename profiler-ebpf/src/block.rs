@@ -13,7 +13,7 @@ use profiler_common::{BlockIo, IoKey, IoStart, kind};
 
 use crate::{
     emit::{header, reserve, wakeup_flags},
-    maps::{INFLIGHT_IO, THREADS, offsets},
+    maps::{INFLIGHT_IO, THREADS, offset},
 };
 
 #[inline(always)]
@@ -56,7 +56,7 @@ pub fn block_submit(ctx: TracePointContext) -> u32 {
     if THREADS.get_ptr(tid).is_none() {
         return 0;
     }
-    let Some(sector) = read::<u64>(&ctx, offsets().submit_sector) else {
+    let Some(sector) = read::<u64>(&ctx, offset!(submit_sector)) else {
         return 0;
     };
     let start = IoStart {
@@ -72,7 +72,7 @@ pub fn block_submit(ctx: TracePointContext) -> u32 {
 
 #[tracepoint(category = "block", name = "block_rq_issue")]
 pub fn block_rq_issue(ctx: TracePointContext) -> u32 {
-    let Some(sector) = read::<u64>(&ctx, offsets().rq_issue_sector) else {
+    let Some(sector) = read::<u64>(&ctx, offset!(rq_issue_sector)) else {
         return 0;
     };
     if let Some(start) = INFLIGHT_IO.get_ptr_mut(key(sector)) {
@@ -84,8 +84,7 @@ pub fn block_rq_issue(ctx: TracePointContext) -> u32 {
 
 #[tracepoint(category = "block", name = "block_rq_complete")]
 pub fn block_rq_complete(ctx: TracePointContext) -> u32 {
-    let o = offsets();
-    let Some(sector) = read::<u64>(&ctx, o.rq_complete_sector) else {
+    let Some(sector) = read::<u64>(&ctx, offset!(rq_complete_sector)) else {
         return 0;
     };
     let k = key(sector);
@@ -102,17 +101,17 @@ pub fn block_rq_complete(ctx: TracePointContext) -> u32 {
     } else {
         start.issued_ns
     };
-    let nr_sector = read::<u32>(&ctx, o.rq_complete_nr_sector).unwrap_or(0);
+    let nr_sector = read::<u32>(&ctx, offset!(rq_complete_nr_sector)).unwrap_or(0);
     if let Some(mut entry) = reserve::<BlockIo>(kind::BLOCK_IO) {
         entry.write(BlockIo {
             header: header(kind::BLOCK_IO, start.tid, start.pid, start.queued_ns),
-            dev: read::<u32>(&ctx, o.rq_complete_dev).unwrap_or(0),
-            write: direction(read::<u64>(&ctx, o.rq_complete_rwbs).unwrap_or(0)),
+            dev: read::<u32>(&ctx, offset!(rq_complete_dev)).unwrap_or(0),
+            write: direction(read::<u64>(&ctx, offset!(rq_complete_rwbs)).unwrap_or(0)),
             sector,
             bytes: u64::from(nr_sector) * 512,
             queue_ns: issued.saturating_sub(start.queued_ns),
             service_ns: now.saturating_sub(issued),
-            error: read::<i32>(&ctx, o.rq_complete_error).unwrap_or(0),
+            error: read::<i32>(&ctx, offset!(rq_complete_error)).unwrap_or(0),
             _pad: 0,
         });
         entry.submit(wakeup_flags());

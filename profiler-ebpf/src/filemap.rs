@@ -7,7 +7,7 @@ use aya_ebpf::{
 };
 use profiler_common::{FileKey, FileMisses};
 
-use crate::maps::{PAGE_CACHE_FILES, THREADS, config, offsets};
+use crate::maps::{PAGE_CACHE_FILES, THREADS, config, offset};
 
 /// `filemap_order` is set to this when the running kernel's record has no `order` field.
 const NO_FIELD: u32 = u32::MAX;
@@ -18,12 +18,11 @@ pub fn mm_filemap_add_to_page_cache(ctx: TracePointContext) -> u32 {
     let Some(st) = THREADS.get_ptr_mut(tid) else {
         return 0;
     };
-    let o = offsets();
-    let order = if o.filemap_order == NO_FIELD {
+    let order = if offset!(filemap_order) == NO_FIELD {
         0
     } else {
         // SAFETY: a checked read from the tracepoint record.
-        unsafe { ctx.read_at::<u8>(o.filemap_order as usize) }.unwrap_or(0) & 0x1f
+        unsafe { ctx.read_at::<u8>(offset!(filemap_order) as usize) }.unwrap_or(0) & 0x1f
     };
     let pages = 1u64 << order;
     let bytes = pages * config().page_size;
@@ -36,8 +35,12 @@ pub fn mm_filemap_add_to_page_cache(ctx: TracePointContext) -> u32 {
     let key = unsafe {
         FileKey {
             tid,
-            dev: ctx.read_at::<u32>(o.filemap_dev as usize).unwrap_or(0),
-            ino: ctx.read_at::<u64>(o.filemap_ino as usize).unwrap_or(0),
+            dev: ctx
+                .read_at::<u32>(offset!(filemap_dev) as usize)
+                .unwrap_or(0),
+            ino: ctx
+                .read_at::<u64>(offset!(filemap_ino) as usize)
+                .unwrap_or(0),
         }
     };
     match PAGE_CACHE_FILES.get_ptr_mut(key) {

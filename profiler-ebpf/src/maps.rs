@@ -72,7 +72,7 @@ pub static CONTROL: aya_ebpf::maps::Array<u32> = aya_ebpf::maps::Array::with_max
 pub static PAGE_CACHE_FILES: HashMap<FileKey, FileMisses> = HashMap::with_max_entries(16384, 0);
 
 #[unsafe(no_mangle)]
-static OFFSETS: Offsets = Offsets {
+pub static OFFSETS: Offsets = Offsets {
     task_pid: 0,
     task_tgid: 0,
     task_in_iowait_byte: 0,
@@ -98,12 +98,19 @@ static CONFIG: Config = Config {
     page_size: 4096,
 };
 
-#[inline(always)]
-pub fn offsets() -> Offsets {
-    // SAFETY: a plain read of a global that user space rewrites before load; volatile so the
-    // compiler cannot fold the zero initialiser in.
-    unsafe { core::ptr::read_volatile(&OFFSETS) }
+/// One field of the offsets user space wrote: a volatile read of that field alone, so the
+/// compiler cannot fold the zero initialiser in, and a program loads only what it uses (a
+/// read of the whole struct cost every context switch seventeen loads).
+macro_rules! offset {
+    ($field:ident) => {{
+        // Used inside other unsafe blocks too, where this one is redundant.
+        #[allow(unused_unsafe)]
+        // SAFETY: a plain read of a global that user space rewrites before load.
+        let value = unsafe { core::ptr::read_volatile(&raw const $crate::maps::OFFSETS.$field) };
+        value
+    }};
 }
+pub(crate) use offset;
 
 #[inline(always)]
 pub fn config() -> Config {

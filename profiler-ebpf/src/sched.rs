@@ -21,7 +21,7 @@ use profiler_common::{Header, OffCpuSample, ThreadExit, ThreadNew, ThreadStats, 
 
 use crate::{
     emit::{capture_stack, header, reserve, wakeup_flags},
-    maps::{CPU_CURRENT, THREADS, config, maybe_tracked, offsets, set_tracked},
+    maps::{CPU_CURRENT, THREADS, config, maybe_tracked, offset, set_tracked},
 };
 
 const TASK_RUNNING: u64 = 0;
@@ -46,12 +46,11 @@ unsafe fn task_field<T: Copy>(task: *const u8, offset: u32) -> T {
 /// argument (see [`task_field`]).
 #[inline(always)]
 fn settle_run_delay(st: &mut ThreadStats, task: *const u8) {
-    let o = offsets();
-    if o.task_run_delay == 0 {
+    if offset!(task_run_delay) == 0 {
         return;
     }
     // SAFETY: `task` is a tracepoint's task argument; the offset is BTF's `sched_info.run_delay`.
-    let rd: u64 = unsafe { task_field(task, o.task_run_delay) };
+    let rd: u64 = unsafe { task_field(task, offset!(task_run_delay)) };
     st.settle_run_delay(rd);
 }
 
@@ -82,7 +81,7 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
     let prev_task: u64 = ctx.arg(1);
     let next_task: u64 = ctx.arg(2);
     // SAFETY: `next` is the tracepoint's task argument; the offset is BTF's `pid`.
-    let next_tid: u32 = unsafe { task_field(next_task as *const u8, offsets().task_pid) };
+    let next_tid: u32 = unsafe { task_field(next_task as *const u8, offset!(task_pid)) };
     // A plain pointer, null for none, rather than an `Option`: LLVM split the option into a
     // flag and a pointer it left undefined when none, and spilled that undefined register on
     // a path the verifier walks ("R9 !read_ok").
@@ -148,12 +147,11 @@ fn switch_out(
         st.state = state::RUNQUEUE;
         return;
     }
-    let o = offsets();
     // SAFETY: `prev` is the tracepoint's task argument; the offset is the byte that holds the
     // `in_iowait` bit.
-    let iowait_byte: u8 = unsafe { task_field(prev, o.task_in_iowait_byte) };
-    st.state = if o.task_in_iowait_mask != 0 && u32::from(iowait_byte) & o.task_in_iowait_mask != 0
-    {
+    let iowait_byte: u8 = unsafe { task_field(prev, offset!(task_in_iowait_byte)) };
+    let mask = offset!(task_in_iowait_mask);
+    st.state = if mask != 0 && u32::from(iowait_byte) & mask != 0 {
         state::IO_WAIT
     } else {
         state::BLOCKED
@@ -196,12 +194,11 @@ pub fn sched_process_fork(ctx: BtfTracePointContext) -> i32 {
         return 0;
     }
     let child: *const u8 = ctx.arg(1);
-    let o = offsets();
     // SAFETY: `child` is the tracepoint's task argument; the offsets are BTF's `pid`, `tgid`.
     let (tid, tgid): (u32, u32) = unsafe {
         (
-            task_field(child, o.task_pid),
-            task_field(child, o.task_tgid),
+            task_field(child, offset!(task_pid)),
+            task_field(child, offset!(task_tgid)),
         )
     };
     let now = unsafe { bpf_ktime_get_ns() };
