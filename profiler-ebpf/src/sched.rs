@@ -9,9 +9,10 @@
 //!
 //! At `sched_switch`, `prev` is first recognised by its address, against the task this CPU
 //! last switched to (`CPU_CURRENT`); only one that is not known untracked that way is looked
-//! up, by the TID from the helper (the current task is `prev`). Other task fields (`next`'s pid, a tracked `prev`'s `run_delay` and `in_iowait`, a forked
-//! task's ids) are read at offsets user space found in BTF, with plain loads the verifier
-//! checks once (see `task_field`).
+//! up, by the TID from the helper (the current task is `prev`). Other task fields (`next`'s
+//! pid, a tracked `prev`'s `run_delay` and `in_iowait`, a forked task's ids) are read at
+//! offsets user space found in BTF, with plain loads the verifier checks once (see
+//! `task_field`).
 use aya_ebpf::{
     helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns},
     macros::btf_tracepoint,
