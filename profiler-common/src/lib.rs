@@ -20,7 +20,8 @@ pub mod state {
     pub const BLOCKED: u32 = 3;
 }
 
-/// Per-thread accounting, the value of the `THREADS` map (key: TID).
+/// Per-thread accounting, an entry of the `SLOTS` table, found through `TRACKED` (see
+/// [`MAX_SLOTS`]).
 ///
 /// The four `*_ns` buckets hold closed intervals only; the open one is
 /// `[since_ns, now)` in `state`. Their sum plus the open interval is the time since the
@@ -49,21 +50,33 @@ pub struct ThreadStats {
     pub run_delay_ns: u64,
     /// How long the last off-CPU period lasted.
     pub off_len_ns: u64,
+    /// The thread this entry of the `SLOTS` table belongs to; 0 while the entry is free.
+    pub tid: u32,
+    pub _pad: u32,
 }
+
+/// Most threads tracked at once: entries of the kernel's `SLOTS` table, unless user space
+/// sizes it smaller. A slot number is an entry's index plus one, so that 0 can mean
+/// "untracked" in a `u16`.
+pub const MAX_SLOTS: u32 = 65535;
+
+/// TIDs per element of the kernel's `TRACKED` table: each element holds the slot numbers of
+/// four consecutive TIDs, as `u16` lanes (BPF array elements take eight bytes each).
+pub const TIDS_PER_ELEMENT: u32 = 4;
 
 /// `ThreadStats::run_delay_ns` before a baseline is known.
 pub const RUN_DELAY_UNKNOWN: u64 = u64::MAX;
 
-/// What each CPU last switched to, so that a switch away from an untracked task costs no
-/// hash lookup. The value of the per-CPU `CPU_CURRENT` map.
+/// What each CPU last switched to, so that a switch away from the task it switched to costs
+/// no lookup. The value of the per-CPU `CPU_CURRENT` map.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CpuSlot {
     /// The `task_struct` switched in at `ts_ns`, as an address: comparing it with the next
     /// switch's `prev` costs neither a helper call nor a read of the task.
     pub task: u64,
-    /// Non-zero when `task` is tracked.
-    pub tracked: u32,
+    /// `task`'s slot number (see [`MAX_SLOTS`]); 0 when it is untracked.
+    pub slot: u32,
     pub _pad: u32,
     /// The last switch seen on this CPU; 0 before the first.
     pub ts_ns: u64,
@@ -81,8 +94,11 @@ pub mod kind {
     pub const OFFCPU_END: u32 = 7;
     /// A CUDA or NCCL call of a tracked thread, entry to return: a `CudaCall`.
     pub const CUDA_CALL: u32 = 8;
+    /// No record: a counter of threads created in the tracked tree that could not be
+    /// tracked (every slot in use), each counted attempted and dropped.
+    pub const THREAD_UNTRACKED: u32 = 9;
     /// One past the largest kind: the length of the per-kind counter arrays.
-    pub const COUNT: u32 = 9;
+    pub const COUNT: u32 = 10;
 
     pub const NAMES: [&str; COUNT as usize] = [
         "none",
@@ -94,6 +110,7 @@ pub mod kind {
         "exec",
         "offcpu_end",
         "cuda_call",
+        "thread_untracked",
     ];
 }
 
@@ -180,7 +197,8 @@ pub struct ThreadExit {
 pub struct ThreadNew {
     pub header: Header,
     pub parent_tid: u32,
-    pub _pad: u32,
+    /// The new thread's slot number (0 for an exec, which keeps its slot).
+    pub slot: u32,
 }
 
 /// Bits of a CUDA/NCCL uprobe's attach cookie: the low 32 bits name the API (user space's

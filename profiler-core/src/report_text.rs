@@ -167,6 +167,31 @@ pub(crate) fn end_reason_name(reason: EndReason) -> &'static str {
     }
 }
 
+/// Which events were lost, when any were: the header's total does not say what is missing.
+fn write_losses<W: Write>(a: &Analysis, w: &mut W) -> io::Result<()> {
+    if let Some(c) = a.events.get(UNTRACKED).filter(|c| c.lost > 0) {
+        writeln!(
+            w,
+            "warning: {} threads were not traced: more were alive at once than --max-threads \
+             allows",
+            c.lost
+        )?;
+    }
+    let lost: Vec<String> = a
+        .events
+        .iter()
+        .filter(|(kind, c)| c.lost > 0 && kind.as_str() != UNTRACKED)
+        .map(|(kind, c)| format!("{kind} {} of {}", c.lost, c.attempted))
+        .collect();
+    if !lost.is_empty() {
+        writeln!(w, "warning: events lost: {}", lost.join(", "))?;
+    }
+    Ok(())
+}
+
+/// The event kind that counts threads the kernel's table had no room for.
+const UNTRACKED: &str = "thread_untracked";
+
 fn write_header<W: Write>(a: &Analysis, load: &LoadInfo, w: &mut W) -> io::Result<()> {
     let pids = a.target_pids();
     let target = match pids {
@@ -202,6 +227,7 @@ fn write_header<W: Write>(a: &Analysis, load: &LoadInfo, w: &mut W) -> io::Resul
     for u in &a.unavailable {
         writeln!(w, "warning: {} unavailable: {}", u.signal, u.reason)?;
     }
+    write_losses(a, w)?;
     if let Some(t) = load.truncated {
         writeln!(
             w,

@@ -13,7 +13,7 @@ use profiler_common::{BlockIo, IoKey, IoStart, kind};
 
 use crate::{
     emit::{header, reserve, wakeup_flags},
-    maps::{INFLIGHT_IO, THREADS, offset},
+    maps::{INFLIGHT_IO, offset, slot_of},
 };
 
 #[inline(always)]
@@ -53,7 +53,7 @@ fn direction(rwbs: u64) -> u32 {
 pub fn block_submit(ctx: TracePointContext) -> u32 {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tid = pid_tgid as u32;
-    if THREADS.get_ptr(tid).is_none() {
+    if slot_of(tid) == 0 {
         return 0;
     }
     let Some(sector) = read::<u64>(&ctx, offset!(submit_sector)) else {

@@ -21,7 +21,7 @@ use profiler_common::{CALL_ARGS, CallEntry, CudaCall, cookie, kind};
 
 use crate::{
     emit::{header, reserve, wakeup_flags},
-    maps::{CONTROL, CUDA_INFLIGHT, LAUNCHES, THREADS},
+    maps::{CONTROL, CUDA_INFLIGHT, LAUNCHES, slot_of},
 };
 
 #[inline(always)]
@@ -38,7 +38,7 @@ fn attach_cookie<C: EbpfContext>(ctx: &C) -> u64 {
 #[uprobe]
 pub fn cuda_enter(ctx: ProbeContext) -> u32 {
     let tid = bpf_get_current_pid_tgid() as u32;
-    if stopped() || THREADS.get_ptr(tid).is_none() {
+    if stopped() || slot_of(tid) == 0 {
         return 0;
     }
     // SAFETY: the probe context is the task's saved user registers.
@@ -124,7 +124,7 @@ pub fn cuda_exit(ctx: RetProbeContext) -> u32 {
 #[uprobe]
 pub fn cuda_launch(ctx: ProbeContext) -> u32 {
     let tid = bpf_get_current_pid_tgid() as u32;
-    if stopped() || THREADS.get_ptr(tid).is_none() {
+    if stopped() || slot_of(tid) == 0 {
         return 0;
     }
     let key = (u64::from(tid) << 32) | (attach_cookie(&ctx) & 0xffff_ffff);

@@ -10,7 +10,7 @@ use profiler_common::{EventCounts, Header, Stack};
 use crate::maps::{COUNTS, EVENTS};
 
 #[inline(always)]
-fn count(kind: u32, dropped: bool) {
+pub fn count(kind: u32, dropped: bool) {
     if let Some(c) = COUNTS.get_ptr_mut(kind) {
         // SAFETY: a per-CPU slot, so no other writer races with this one.
         let c: &mut EventCounts = unsafe { &mut *c };

@@ -7,7 +7,7 @@ use aya_ebpf::{
 };
 use profiler_common::{FileKey, FileMisses};
 
-use crate::maps::{PAGE_CACHE_FILES, THREADS, config, offset};
+use crate::maps::{PAGE_CACHE_FILES, config, offset, thread_stats};
 
 /// `filemap_order` is set to this when the running kernel's record has no `order` field.
 const NO_FIELD: u32 = u32::MAX;
@@ -15,7 +15,7 @@ const NO_FIELD: u32 = u32::MAX;
 #[tracepoint(category = "filemap", name = "mm_filemap_add_to_page_cache")]
 pub fn mm_filemap_add_to_page_cache(ctx: TracePointContext) -> u32 {
     let tid = bpf_get_current_pid_tgid() as u32;
-    let Some(st) = THREADS.get_ptr_mut(tid) else {
+    let Some(st) = thread_stats(tid) else {
         return 0;
     };
     let order = if offset!(filemap_order) == NO_FIELD {

@@ -1,5 +1,5 @@
 //! stallscope's kernel side: scheduler accounting, off-CPU and on-CPU stacks, block IO and
-//! page-cache misses, for the threads in `THREADS` only.
+//! page-cache misses, for the tracked threads only (`maps::TRACKED`).
 #![no_std]
 #![no_main]
 

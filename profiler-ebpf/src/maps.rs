@@ -1,43 +1,78 @@
 //! Maps and load-time globals shared by every program.
 use aya_ebpf::{
     macros::map,
-    maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf, Stack},
 };
 use profiler_common::{
-    CallEntry, Config, CpuSlot, EventCounts, FileKey, FileMisses, IoKey, IoStart, Offsets,
-    ThreadStats, kind,
+    CallEntry, Config, CpuSlot, EventCounts, FileKey, FileMisses, IoKey, IoStart, MAX_SLOTS,
+    Offsets, TIDS_PER_ELEMENT, ThreadStats, kind,
 };
 
-/// The tracked threads: seeded by user space, grown on fork, shrunk on exit. Being a key here
-/// is what "tracked" means.
+/// The tracked threads' accounting, one entry per slot (slot number = index + 1). An array,
+/// not a hash keyed by TID: the verifier inlines an array lookup into a bounds check and an
+/// add, where a hash lookup hashes the key and walks a bucket, and a tracked context switch
+/// looks up two threads.
 #[map]
-pub static THREADS: HashMap<u32, ThreadStats> = HashMap::with_max_entries(65536, 0);
+pub static SLOTS: Array<ThreadStats> = Array::with_max_entries(MAX_SLOTS, 0);
 
-/// One flag per TID, set while the TID is a key of `THREADS`: a switch to an untracked thread,
-/// most switches on a busy host, costs an array index instead of a hash lookup. Sized by
-/// user space to the kernel's `pid_max` (capped); a TID past the end reads as "maybe
-/// tracked" and takes the lookup. Each flag has its own element, so setting one never races
-/// with another CPU clearing its neighbour.
+/// Free slot numbers. A stack, so that the slots in use stay the lowest ones, which is all
+/// user space reads on each tick. User space sizes it and `SLOTS` alike (`--max-threads`)
+/// and fills it, after the slots it seeds.
 #[map]
-pub static TRACKED: Array<u32> = Array::with_max_entries(1, 0);
+pub static FREE_SLOTS: Stack<u32> = Stack::with_max_entries(MAX_SLOTS, 0);
 
-/// Whether `tid` may be a key of `THREADS`; `false` only when it is not.
-#[inline(always)]
-pub fn maybe_tracked(tid: u32) -> bool {
-    TRACKED.get(tid).is_none_or(|flag| *flag != 0)
-}
+/// Each TID's slot number, 0 when untracked: four TIDs per element, as `u16` lanes, so that
+/// the largest `pid_max` (2^22) takes 8 MiB. Sized by user space to cover `pid_max`. A lane
+/// is written with a 16-bit store, so setting one never races with another CPU writing its
+/// neighbour.
+#[map]
+pub static TRACKED: Array<[u16; TIDS_PER_ELEMENT as usize]> = Array::with_max_entries(1, 0);
 
+/// `tid`'s slot number, 0 when it is untracked.
 #[inline(always)]
-pub fn set_tracked(tid: u32, tracked: bool) {
-    if let Some(flag) = TRACKED.get_ptr_mut(tid) {
-        // SAFETY: an element of an array map, valid for the program's run.
-        unsafe { *flag = u32::from(tracked) };
+pub fn slot_of(tid: u32) -> u32 {
+    match TRACKED.get_ptr(tid / TIDS_PER_ELEMENT) {
+        // SAFETY: an element of an array map, valid for the program's run; the lane index is
+        // within the element.
+        Some(lanes) => u32::from(unsafe { (*lanes)[(tid % TIDS_PER_ELEMENT) as usize] }),
+        None => 0,
     }
 }
 
-/// Per CPU: the task last switched in and whether it is tracked. An untracked `prev` that
-/// matches it costs no hash lookup; one that does not (a switch the kernel did not report)
-/// is looked up, so a missed event cannot hide a tracked thread's switch-out.
+/// Whether `TRACKED` has a lane for `tid`.
+#[inline(always)]
+pub fn covered(tid: u32) -> bool {
+    TRACKED.get_ptr(tid / TIDS_PER_ELEMENT).is_some()
+}
+
+#[inline(always)]
+pub fn set_slot(tid: u32, slot: u32) {
+    if let Some(lanes) = TRACKED.get_ptr_mut(tid / TIDS_PER_ELEMENT) {
+        // SAFETY: as in `slot_of`.
+        unsafe { (*lanes)[(tid % TIDS_PER_ELEMENT) as usize] = slot as u16 };
+    }
+}
+
+/// The accounting of slot number `slot`; null for 0 (untracked). A plain pointer rather than
+/// an `Option` (see `sched_switch`).
+#[inline(always)]
+pub fn slot_stats(slot: u32) -> *mut ThreadStats {
+    if slot == 0 {
+        return core::ptr::null_mut();
+    }
+    SLOTS.get_ptr_mut(slot - 1).unwrap_or(core::ptr::null_mut())
+}
+
+/// The accounting of `tid`, if it is tracked.
+#[inline(always)]
+pub fn thread_stats(tid: u32) -> Option<*mut ThreadStats> {
+    let st = slot_stats(slot_of(tid));
+    (!st.is_null()).then_some(st)
+}
+
+/// Per CPU: the task last switched in and its slot. A `prev` that matches it costs no lookup;
+/// one that does not (a switch the kernel did not report) is looked up by its TID, so a
+/// missed event cannot hide a tracked thread's switch-out.
 #[map]
 pub static CPU_CURRENT: PerCpuArray<CpuSlot> = PerCpuArray::with_max_entries(1, 0);
 

@@ -17,7 +17,7 @@ use profiler_common::{CpuSample, kind, state};
 
 use crate::{
     emit::{capture_stack, header, reserve, wakeup_flags},
-    maps::{CPU_CURRENT, THREADS},
+    maps::{CPU_CURRENT, slot_of, slot_stats},
     sched::found_running,
 };
 
@@ -28,23 +28,23 @@ pub fn cpu_sample(ctx: PerfEventContext) -> u32 {
     if tid == 0 {
         return 0;
     }
-    let Some(st) = THREADS.get_ptr_mut(tid) else {
+    let slot = slot_of(tid);
+    // SAFETY: map values stay valid for the program's run; null is none.
+    let Some(st) = (unsafe { slot_stats(slot).as_mut() }) else {
         return 0;
     };
-    // SAFETY: map values stay valid for the program's run; the thread is running here, so
-    // no other CPU's switch touches its entry, and this CPU's switches run with interrupts
-    // off, so none interleaves with this.
-    let st = unsafe { &mut *st };
+    // The thread is running here, so no other CPU's switch touches its entry, and this
+    // CPU's switches run with interrupts off, so none interleaves with this.
     let now = unsafe { bpf_ktime_get_ns() };
     if st.state != state::ON_CPU
-        && let Some(slot) = CPU_CURRENT.get_ptr_mut(0)
+        && let Some(cpu) = CPU_CURRENT.get_ptr_mut(0)
     {
-        // SAFETY: this CPU's slot; its switches cannot run while this does.
-        let slot = unsafe { &mut *slot };
-        found_running(st, tid, slot.ts_ns, now);
+        // SAFETY: this CPU's record; its switches cannot run while this does.
+        let cpu = unsafe { &mut *cpu };
+        found_running(st, tid, cpu.ts_ns, now);
         // SAFETY: the helper only returns the current task's address.
-        slot.task = unsafe { bpf_get_current_task() };
-        slot.tracked = 1;
+        cpu.task = unsafe { bpf_get_current_task() };
+        cpu.slot = slot;
     }
     if let Some(mut entry) = reserve::<CpuSample>(kind::CPU_SAMPLE) {
         let rec = entry.as_mut_ptr();

@@ -8,11 +8,10 @@
 //! the scheduler updates just after the switch-in tracepoint.
 //!
 //! At `sched_switch`, `prev` is first recognised by its address, against the task this CPU
-//! last switched to (`CPU_CURRENT`); only one that is not known untracked that way is looked
-//! up, by the TID from the helper (the current task is `prev`). Other task fields (`next`'s
-//! pid, a tracked `prev`'s `run_delay` and `in_iowait`, a forked task's ids) are read at
-//! offsets user space found in BTF, with plain loads the verifier checks once (see
-//! `task_field`).
+//! last switched to (`CPU_CURRENT`), which also holds its slot; only one not recognised that
+//! way is looked up, by its TID (see `maps::SLOTS`). Task fields (both threads' pids, a
+//! tracked `prev`'s `run_delay` and `in_iowait`, a forked task's ids) are read at offsets
+//! user space found in BTF, with plain loads the verifier checks once (see `task_field`).
 use aya_ebpf::{
     helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns},
     macros::btf_tracepoint,
@@ -21,8 +20,8 @@ use aya_ebpf::{
 use profiler_common::{Header, OffCpuSample, ThreadExit, ThreadNew, ThreadStats, kind, state};
 
 use crate::{
-    emit::{capture_stack, header, reserve, wakeup_flags},
-    maps::{CPU_CURRENT, THREADS, config, maybe_tracked, offset, set_tracked},
+    emit::{capture_stack, count, header, reserve, wakeup_flags},
+    maps::{CPU_CURRENT, FREE_SLOTS, config, covered, offset, set_slot, slot_of, slot_stats},
 };
 
 const TASK_RUNNING: u64 = 0;
@@ -74,52 +73,59 @@ pub fn found_running(st: &mut ThreadStats, tid: u32, cpu_last_switch_ns: u64, no
 
 #[btf_tracepoint(function = "sched_switch")]
 pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
-    let Some(slot) = CPU_CURRENT.get_ptr_mut(0) else {
+    let Some(cpu) = CPU_CURRENT.get_ptr_mut(0) else {
         return 0;
     };
     // SAFETY: a per-CPU slot; only this CPU's switches touch it.
-    let slot = unsafe { &mut *slot };
+    let cpu = unsafe { &mut *cpu };
     let prev_task: u64 = ctx.arg(1);
     let next_task: u64 = ctx.arg(2);
     // SAFETY: `next` is the tracepoint's task argument; the offset is BTF's `pid`.
     let next_tid: u32 = unsafe { task_field(next_task as *const u8, offset!(task_pid)) };
-    // A plain pointer, null for none, rather than an `Option`: LLVM split the option into a
-    // flag and a pointer it left undefined when none, and spilled that undefined register on
-    // a path the verifier walks ("R9 !read_ok").
-    let next_stats: *mut ThreadStats = if maybe_tracked(next_tid) {
-        THREADS
-            .get_ptr_mut(next_tid)
-            .unwrap_or(core::ptr::null_mut())
-    } else {
-        core::ptr::null_mut()
-    };
-    let prev_untracked = slot.task == prev_task && slot.tracked == 0 && slot.ts_ns != 0;
-    if prev_untracked && next_stats.is_null() {
+    let next_slot = slot_of(next_tid);
+    let prev_known = cpu.task == prev_task && cpu.ts_ns != 0;
+    if prev_known && cpu.slot == 0 && next_slot == 0 {
         // Neither thread is ours, as in most switches on a busy host: no clock read. The
-        // slot keeps the time of the last switch that was, which only bounds a tracked
-        // thread's switch-in that went unseen.
-        slot.task = next_task;
+        // CPU's record keeps the time of the last switch that was, which only bounds a
+        // tracked thread's switch-in that went unseen.
+        cpu.task = next_task;
         return 0;
     }
     let now = unsafe { bpf_ktime_get_ns() };
-    if !prev_untracked {
-        let prev_tid = bpf_get_current_pid_tgid() as u32;
-        if let Some(st) = THREADS.get_ptr_mut(prev_tid) {
-            // SAFETY: map values stay valid for the program's run.
-            switch_out(&ctx, unsafe { &mut *st }, prev_tid, now, slot.ts_ns);
+    if !(prev_known && cpu.slot == 0) {
+        // SAFETY: `prev` is the tracepoint's task argument; the offset is BTF's `pid`.
+        let prev_tid: u32 = unsafe { task_field(prev_task as *const u8, offset!(task_pid)) };
+        let mut st = if prev_known {
+            slot_stats(cpu.slot)
+        } else {
+            core::ptr::null_mut()
+        };
+        // The CPU's record can be stale only after a switch the kernel did not report; the
+        // slot's owner settles it, and the TID's own slot is the answer then.
+        // SAFETY: map values stay valid for the program's run; null is none.
+        if unsafe { st.as_ref() }.is_none_or(|s| s.tid != prev_tid) {
+            st = slot_stats(slot_of(prev_tid));
+        }
+        // SAFETY: as above.
+        if let Some(st) = unsafe { st.as_mut() } {
+            switch_out(&ctx, st, prev_tid, now, cpu.ts_ns);
         }
     }
-    slot.task = next_task;
-    slot.ts_ns = now;
-    // SAFETY: as above; null is none.
-    slot.tracked = match unsafe { next_stats.as_mut() } {
+    cpu.task = next_task;
+    cpu.ts_ns = now;
+    // A plain pointer, null for none, rather than an `Option`: LLVM split the option into a
+    // flag and a pointer it left undefined when none, and spilled that undefined register on
+    // a path the verifier walks ("R9 !read_ok").
+    let next_stats = slot_stats(next_slot);
+    // SAFETY: map values stay valid for the program's run; null is none.
+    cpu.slot = match unsafe { next_stats.as_mut() } {
         Some(st) => {
             if st.state == state::ON_CPU {
                 st.credit(now);
             } else {
                 come_back(st, next_tid, now);
             }
-            1
+            next_slot
         }
         None => 0,
     };
@@ -191,7 +197,7 @@ fn end_offcpu(st: &mut ThreadStats, tid: u32, now: u64) {
 #[btf_tracepoint(function = "sched_process_fork")]
 pub fn sched_process_fork(ctx: BtfTracePointContext) -> i32 {
     let parent_tid = bpf_get_current_pid_tgid() as u32;
-    if THREADS.get_ptr(parent_tid).is_none() {
+    if slot_of(parent_tid) == 0 {
         return 0;
     }
     let child: *const u8 = ctx.arg(1);
@@ -202,25 +208,38 @@ pub fn sched_process_fork(ctx: BtfTracePointContext) -> i32 {
             task_field(child, offset!(task_tgid)),
         )
     };
+    // A full table or a TID past `TRACKED` loses the thread: counted, as a ring-buffer
+    // refusal is, under a kind of its own.
+    let slot = match covered(tid).then(|| FREE_SLOTS.pop()) {
+        Some(Ok(Some(slot))) => slot,
+        _ => 0,
+    };
+    let st = slot_stats(slot);
+    if st.is_null() {
+        count(kind::THREAD_UNTRACKED, true);
+        return 0;
+    }
     let now = unsafe { bpf_ktime_get_ns() };
     // Not runnable until wake_up_new_task; its wait from there to its first run is in its
     // run_delay, which starts at zero, when it first switches out.
-    let st = ThreadStats {
-        tgid,
-        state: state::BLOCKED,
-        since_ns: now,
-        off_state: state::ON_CPU,
-        ..ThreadStats::default()
-    };
-    // The flag after the entry: a flag may promise an entry, never miss one.
-    if THREADS.insert(tid, st, 0).is_ok() {
-        set_tracked(tid, true);
+    // SAFETY: a free slot's entry, which nothing else writes until `TRACKED` names it.
+    unsafe {
+        *st = ThreadStats {
+            tgid,
+            state: state::BLOCKED,
+            since_ns: now,
+            off_state: state::ON_CPU,
+            tid,
+            ..ThreadStats::default()
+        };
     }
+    // The TID's lane after its entry: a lane never names an entry not yet written.
+    set_slot(tid, slot);
     if let Some(mut entry) = reserve::<ThreadNew>(kind::THREAD_NEW) {
         entry.write(ThreadNew {
             header: header(kind::THREAD_NEW, tid, tgid, now),
             parent_tid,
-            _pad: 0,
+            slot,
         });
         entry.submit(wakeup_flags());
     }
@@ -231,15 +250,25 @@ pub fn sched_process_fork(ctx: BtfTracePointContext) -> i32 {
 pub fn sched_process_exit(ctx: BtfTracePointContext) -> i32 {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tid = pid_tgid as u32;
-    let Some(st) = THREADS.get_ptr_mut(tid) else {
+    let slot = slot_of(tid);
+    // SAFETY: map values stay valid for the program's run; null is none.
+    let Some(st) = (unsafe { slot_stats(slot).as_mut() }) else {
         return 0;
     };
-    // SAFETY: map values stay valid for the program's run.
-    let st = unsafe { &mut *st };
-    let now = unsafe { bpf_ktime_get_ns() };
-    st.credit(now);
     // The exiting task, which is the current one.
     let task: *const u8 = ctx.arg(0);
+    // Nothing may reach the slot once it is free, another thread's then: not the TID's lane,
+    // nor this CPU's record of its current task, which the final switch-out reads.
+    set_slot(tid, 0);
+    if let Some(cpu) = CPU_CURRENT.get_ptr_mut(0) {
+        // SAFETY: this CPU's record; its switches cannot run while this does.
+        let cpu = unsafe { &mut *cpu };
+        if cpu.task == task as u64 {
+            cpu.slot = 0;
+        }
+    }
+    let now = unsafe { bpf_ktime_get_ns() };
+    st.credit(now);
     settle_run_delay(st, task);
     if let Some(mut entry) = reserve::<ThreadExit>(kind::THREAD_EXIT) {
         entry.write(ThreadExit {
@@ -249,8 +278,8 @@ pub fn sched_process_exit(ctx: BtfTracePointContext) -> i32 {
         });
         entry.submit(wakeup_flags());
     }
-    let _ = THREADS.remove(tid);
-    set_tracked(tid, false);
+    st.tid = 0;
+    let _ = FREE_SLOTS.push(slot, 0);
     0
 }
 
@@ -258,7 +287,7 @@ pub fn sched_process_exit(ctx: BtfTracePointContext) -> i32 {
 pub fn sched_process_exec(_ctx: BtfTracePointContext) -> i32 {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tid = pid_tgid as u32;
-    if THREADS.get_ptr(tid).is_none() {
+    if slot_of(tid) == 0 {
         return 0;
     }
     let now = unsafe { bpf_ktime_get_ns() };
@@ -266,7 +295,7 @@ pub fn sched_process_exec(_ctx: BtfTracePointContext) -> i32 {
         entry.write(ThreadNew {
             header: header(kind::EXEC, tid, (pid_tgid >> 32) as u32, now),
             parent_tid: 0,
-            _pad: 0,
+            slot: 0,
         });
         entry.submit(wakeup_flags());
     }

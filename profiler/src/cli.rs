@@ -75,6 +75,11 @@ pub struct RecordArgs {
     /// windows and scaled: at 1%, a job launching 140k kernels/s loses under 1% to them.
     #[arg(long, value_name = "PCT", default_value_t = 1, value_parser = clap::value_parser!(u32).range(0..=100))]
     pub launch_duty: u32,
+    /// Most threads of the target's tree tracked at once (112 bytes of kernel memory each).
+    /// Threads created while every slot is in use are not traced; the report counts them
+    /// as lost `thread_untracked` events.
+    #[arg(long, value_name = "N", default_value_t = profiler_common::MAX_SLOTS, value_parser = clap::value_parser!(u32).range(1..=i64::from(profiler_common::MAX_SLOTS)))]
+    pub max_threads: u32,
     /// Minimum spacing of off-CPU stack captures per thread.
     #[arg(long, value_parser = parse_duration, default_value = "5ms")]
     pub offcpu_interval: Duration,

@@ -63,6 +63,8 @@ pub struct Decoder {
     pub malformed: u64,
     /// TIDs the kernel reported as exited.
     pub exited: Vec<u32>,
+    /// The highest slot number a new thread was reported with (see `crate::slots`).
+    pub highest_slot: u32,
 }
 
 impl Decoder {
@@ -169,7 +171,8 @@ impl Decoder {
                 });
                 self.exited.push(h.tid);
             }),
-            kind::THREAD_NEW | kind::EXEC => read::<ThreadNew>(bytes).map(|_| {
+            kind::THREAD_NEW | kind::EXEC => read::<ThreadNew>(bytes).map(|new| {
+                self.highest_slot = self.highest_slot.max(new.slot);
                 if h.kind == kind::EXEC {
                     self.namer.forget(h.pid);
                     self.raw.retain(|k, _| k[0] != u64::from(h.pid));

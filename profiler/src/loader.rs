@@ -50,23 +50,31 @@ fn rejection(program: &str, e: ProgramError) -> anyhow::Error {
     }
 }
 
-/// Most TIDs the per-TID tracked flags cover: 8 MiB of kernel memory at most (array elements
-/// take 8 bytes). Larger TIDs fall back to the hash lookup.
-const MAX_TRACKED_FLAGS: u32 = 1 << 20;
+/// The kernel's largest `pid_max` on 64-bit (`PID_MAX_LIMIT`).
+const PID_MAX_LIMIT: u32 = 1 << 22;
 
-/// One flag per possible TID, up to [`MAX_TRACKED_FLAGS`].
-fn tracked_flags() -> u32 {
+/// Elements of `TRACKED`: a lane for every TID below `pid_max`.
+fn tracked_elements() -> u32 {
     std::fs::read_to_string("/proc/sys/kernel/pid_max")
         .ok()
         .and_then(|s| s.trim().parse::<u32>().ok())
-        .unwrap_or(MAX_TRACKED_FLAGS)
-        .clamp(1, MAX_TRACKED_FLAGS)
+        .unwrap_or(PID_MAX_LIMIT)
+        .clamp(1, PID_MAX_LIMIT)
+        .div_ceil(profiler_common::TIDS_PER_ELEMENT)
 }
 
-/// Loads every program. Optional signals in `skip` (block_io, page_cache) are not loaded.
-pub fn load(offsets: &Offsets, config: &Config, skip: &[String]) -> anyhow::Result<Ebpf> {
+/// Loads every program, with room for `max_threads` tracked threads at once. Optional
+/// signals in `skip` (block_io, page_cache) are not loaded.
+pub fn load(
+    offsets: &Offsets,
+    config: &Config,
+    max_threads: u32,
+    skip: &[String],
+) -> anyhow::Result<Ebpf> {
     let mut ebpf = EbpfLoader::new()
-        .map_max_entries("TRACKED", tracked_flags())
+        .map_max_entries("TRACKED", tracked_elements())
+        .map_max_entries("SLOTS", max_threads)
+        .map_max_entries("FREE_SLOTS", max_threads)
         .override_global("OFFSETS", offsets, true)
         .override_global("CONFIG", config, true)
         .load(BYTECODE)

@@ -14,6 +14,7 @@ mod owner;
 mod privileges;
 mod record;
 mod session;
+mod slots;
 mod symbolize;
 mod target;
 mod tracefs;

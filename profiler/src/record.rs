@@ -1,8 +1,7 @@
 //! `stallscope record`: everything between the command line and a finished recording.
 use std::{io::BufWriter, path::PathBuf};
 
-use anyhow::Context as _;
-use aya::maps::{HashMap as BpfHashMap, RingBuf};
+use aya::maps::RingBuf;
 use profiler_common::{Config, ThreadStats};
 use profiler_core::{
     format::RecordingWriter,
@@ -66,17 +65,8 @@ pub fn run(args: RecordArgs) -> anyhow::Result<i32> {
     if args.no_cuda_probes {
         skip.push("cuda".into());
     }
-    let mut ebpf = loader::load(&layout.offsets, &config, &skip)?;
+    let mut ebpf = loader::load(&layout.offsets, &config, args.max_threads, &skip)?;
 
-    let mut threads: BpfHashMap<_, u32, ThreadStats> = BpfHashMap::try_from(
-        ebpf.take_map("THREADS")
-            .ok_or_else(|| anyhow::anyhow!("map THREADS missing"))?,
-    )?;
-    // Only written here: the programs hold the map, so the seeded flags outlive this handle.
-    let mut tracked: aya::maps::Array<_, u32> = aya::maps::Array::try_from(
-        ebpf.take_map("TRACKED")
-            .ok_or_else(|| anyhow::anyhow!("map TRACKED missing"))?,
-    )?;
     let ring = RingBuf::try_from(
         ebpf.take_map("EVENTS")
             .ok_or_else(|| anyhow::anyhow!("map EVENTS missing"))?,
@@ -91,25 +81,14 @@ pub fn run(args: RecordArgs) -> anyhow::Result<i32> {
         }],
         None => target::threads(&tree),
     };
-    for s in &seeds {
-        let st = ThreadStats {
-            tgid: s.pid,
-            state: s.state,
-            since_ns: start_ns,
-            off_state: profiler_common::state::ON_CPU,
-            run_delay_ns: s.run_delay_ns.unwrap_or(profiler_common::RUN_DELAY_UNKNOWN),
-            ..ThreadStats::default()
-        };
-        threads
-            .insert(s.tid, st, 0)
-            .with_context(|| format!("seeding thread {}", s.tid))?;
-        // Past the flags' end a TID needs none: it always takes the hash lookup.
-        if s.tid < tracked.len() {
-            tracked
-                .set(s.tid, 1, 0)
-                .with_context(|| format!("flagging thread {}", s.tid))?;
-        }
-    }
+    let slots = crate::slots::Slots::seed(&mut ebpf, args.max_threads, &seeds, |s| ThreadStats {
+        tgid: s.pid,
+        state: s.state,
+        since_ns: start_ns,
+        off_state: profiler_common::state::ON_CPU,
+        run_delay_ns: s.run_delay_ns.unwrap_or(profiler_common::RUN_DELAY_UNKNOWN),
+        ..ThreadStats::default()
+    })?;
     let mut unavailable = layout.missing.clone();
     unavailable.extend(loader::attach(
         &mut ebpf,
@@ -177,7 +156,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<i32> {
         .then(|| gpu::GpuSampler::start(args.nvml_lib.clone(), pids.clone(), start_ns));
     let duty = crate::uprobes::LaunchDuty::from_percent(args.launch_duty);
     let probes = crate::uprobes::CudaProbes::new(&mut ebpf, duty, !args.no_cuda_probes);
-    let mut session = session::Session::new(ebpf, threads, writer, pids, gpu, probes);
+    let mut session = session::Session::new(ebpf, slots, writer, pids, gpu, probes);
     eprintln!(
         "stallscope: tracing {} thread(s) of PID {}{}; writing {}",
         seeds.len(),

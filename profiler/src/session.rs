@@ -20,7 +20,7 @@ use tokio::{
     signal::unix::{SignalKind, signal},
 };
 
-use crate::{events::Decoder, files::FileNames, gpu::GpuSampler, target};
+use crate::{events::Decoder, files::FileNames, gpu::GpuSampler, slots::Slots, target};
 
 /// CLOCK_MONOTONIC in ns: the clock of `bpf_ktime_get_ns` and of every record.
 pub fn monotonic_ns() -> u64 {
@@ -29,7 +29,7 @@ pub fn monotonic_ns() -> u64 {
 
 pub struct Session {
     pub ebpf: aya::Ebpf,
-    pub threads: BpfHashMap<MapData, u32, ThreadStats>,
+    pub slots: Slots,
     pub writer: RecordingWriter<BufWriter<File>>,
     pub decoder: Decoder,
     /// Last counters written per live thread.
@@ -65,7 +65,7 @@ fn snapshot(tid: u32, st: &ThreadStats, now: u64) -> ThreadCounters {
 impl Session {
     pub fn new(
         ebpf: aya::Ebpf,
-        threads: BpfHashMap<MapData, u32, ThreadStats>,
+        slots: Slots,
         writer: RecordingWriter<BufWriter<File>>,
         pids: Arc<Mutex<BTreeSet<u32>>>,
         gpu: Option<GpuSampler>,
@@ -73,7 +73,7 @@ impl Session {
     ) -> Self {
         Self {
             ebpf,
-            threads,
+            slots,
             writer,
             decoder: Decoder::default(),
             last: HashMap::new(),
@@ -148,9 +148,14 @@ impl Session {
     fn tick(&mut self) -> anyhow::Result<usize> {
         let now = monotonic_ns();
         self.last_tick_ns = now;
+        self.slots.handed_out(self.decoder.highest_slot);
+        let counts: PerCpuArray<_, EventCounts> = PerCpuArray::try_from(
+            self.ebpf
+                .map("COUNTS")
+                .ok_or_else(|| anyhow::anyhow!("map COUNTS missing"))?,
+        )?;
         let mut threads = Vec::new();
-        for entry in self.threads.iter() {
-            let Ok((tid, st)) = entry else { continue };
+        for (tid, st) in self.slots.read(&counts)? {
             // Raw values: when the kernel moves time between states after the fact (a switch
             // it did not report), the timeline spreads the correction; a field-wise maximum
             // here would count that time twice.

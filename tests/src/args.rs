@@ -7,6 +7,9 @@ pub const USAGE: &str = "usage: stallwork <command> [--key value]...
   cold-read --file P --mb M --secs N   re-read an evicted file with buffered reads
   sleep --secs N                   one thread sleeping in 10 ms naps
   fork-tree --delay-ms D --secs N  after D ms, fork 2 spinning processes and 2 spinning threads
+  churn --delay-ms D --threads N --batch B --burn-ms M --secs S
+                                   after D ms, N threads, B at a time, each burning
+                                   M ms, then printing its TID and on-CPU time
   demo --secs N [--cpu C]          CPU worker, IO worker and two contending threads
   pingpong --secs N [--cpu C]      two pinned threads bouncing a byte over pipes
   mix --secs N [--threads T]       CPU bursts, naps and small file IO
@@ -35,6 +38,13 @@ pub enum Command {
     },
     ForkTree {
         delay: Duration,
+        secs: Duration,
+    },
+    Churn {
+        delay: Duration,
+        threads: usize,
+        batch: usize,
+        burn: Duration,
         secs: Duration,
     },
     Demo {
@@ -135,6 +145,13 @@ pub fn parse(argv: &[String]) -> io::Result<Command> {
             delay: Duration::from_millis(o.need("delay-ms")?),
             secs: o.secs()?,
         },
+        "churn" => Command::Churn {
+            delay: Duration::from_millis(o.need("delay-ms")?),
+            threads: o.need("threads")?,
+            batch: o.need("batch")?,
+            burn: Duration::from_millis(o.need("burn-ms")?),
+            secs: o.secs()?,
+        },
         "demo" => Command::Demo {
             cpu: o.take("cpu")?.unwrap_or(0),
             secs: o.secs()?,
@@ -187,6 +204,19 @@ mod tests {
             parse(&argv("spin --secs 1 --cpu 1")).unwrap(),
             Command::Spin {
                 cpu: Some(1),
+                secs: Duration::from_secs(1)
+            }
+        );
+        assert_eq!(
+            parse(&argv(
+                "churn --delay-ms 5 --threads 9 --batch 3 --burn-ms 2 --secs 1"
+            ))
+            .unwrap(),
+            Command::Churn {
+                delay: Duration::from_millis(5),
+                threads: 9,
+                batch: 3,
+                burn: Duration::from_millis(2),
                 secs: Duration::from_secs(1)
             }
         );

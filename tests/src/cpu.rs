@@ -125,3 +125,55 @@ pub fn fork_tree(delay: Duration, secs: Duration) -> io::Result<()> {
     join_all(handles)?;
     children.into_iter().try_for_each(sys::wait_child)
 }
+
+/// What `churn` prints per thread: its TID and its on-CPU time by the kernel's count, read
+/// by the thread itself just before it returns.
+pub const CHURNED: &str = "churned";
+
+/// `churn`: ready at once; after `delay`, runs `threads` short-lived threads, `batch` at a
+/// time, each burning CPU for `burn` of wall time. A profiler that recycles per-thread state must give
+/// each thread its own account. Prints one `churned tid=T on_cpu_ns=N` line per thread.
+pub fn churn(
+    delay: Duration,
+    threads: usize,
+    batch: usize,
+    burn: Duration,
+    secs: Duration,
+) -> io::Result<()> {
+    let deadline = Instant::now() + secs;
+    announce_ready()?;
+    thread::sleep(delay);
+    let mut lines = Vec::with_capacity(threads);
+    for first in (0..threads).step_by(batch.max(1)) {
+        let handles: Vec<_> = (first..threads.min(first + batch.max(1)))
+            .map(|i| {
+                thread::Builder::new()
+                    .name(format!("churn-{i}"))
+                    .spawn(move || {
+                        burn_until(Instant::now() + burn);
+                        let on_cpu = sys::thread_on_cpu_ns()?;
+                        Ok::<_, io::Error>(format!(
+                            "{CHURNED} tid={} on_cpu_ns={on_cpu}",
+                            sys::gettid()
+                        ))
+                    })
+            })
+            .collect::<io::Result<_>>()?;
+        for h in handles {
+            lines.push(
+                h.join()
+                    .map_err(|_| io::Error::other("a churned thread panicked"))??,
+            );
+        }
+    }
+    {
+        use std::io::Write as _;
+        let mut out = io::stdout().lock();
+        for l in &lines {
+            writeln!(out, "{l}")?;
+        }
+        out.flush()?;
+    }
+    thread::sleep(deadline.saturating_duration_since(Instant::now()));
+    Ok(())
+}

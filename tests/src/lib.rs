@@ -20,6 +20,13 @@ pub fn run(command: Command) -> std::io::Result<()> {
         Command::ColdRead { file, mb, secs } => io::cold_read(&file, mb, secs),
         Command::Sleep { secs } => cpu::sleep(secs),
         Command::ForkTree { delay, secs } => cpu::fork_tree(delay, secs),
+        Command::Churn {
+            delay,
+            threads,
+            batch,
+            burn,
+            secs,
+        } => cpu::churn(delay, threads, batch, burn, secs),
         Command::Demo { cpu, secs } => demo::demo(cpu, secs),
         Command::PingPong { cpu, secs } => bench::pingpong(cpu, secs),
         Command::Mix { threads, secs } => bench::mix(threads, secs),

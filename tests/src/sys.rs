@@ -177,3 +177,24 @@ pub fn pipe() -> io::Result<(File, File)> {
     let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
     Ok((File::from(r), File::from(w)))
 }
+
+/// The calling thread's TID.
+pub fn gettid() -> u32 {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::gettid() as u32 }
+}
+
+/// The calling thread's on-CPU time so far, up to now: the kernel's `task_sched_runtime`,
+/// the clock of schedstat's first field, with the slice in progress included, where a
+/// schedstat read lags by up to a scheduler tick.
+pub fn thread_on_cpu_ns() -> io::Result<u64> {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec to write.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
+}

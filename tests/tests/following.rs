@@ -74,6 +74,179 @@ fn follows_processes_and_threads_created_after_attach() {
     }
 }
 
+/// The TIDs and schedstat on-CPU times a finished `churn` workload printed.
+fn churned(stdout: &str) -> Vec<(u32, u64)> {
+    stdout
+        .lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix("churned tid=")?;
+            let (tid, on_cpu) = rest.split_once(" on_cpu_ns=")?;
+            Some((tid.parse().ok()?, on_cpu.parse().ok()?))
+        })
+        .collect()
+}
+
+/// A `churn` recording: the report, the TIDs and on-CPU times the threads printed, and the
+/// time the hypervisor stole from all CPUs meanwhile, in ns.
+struct Churn {
+    report: serde_json::Value,
+    printed: Vec<(u32, u64)>,
+    steal_ns: u64,
+}
+
+/// /proc/stat counts steal in ticks of 10 ms: a delta can be short by one per CPU.
+const STEAL_TICK_NS: u64 = 10_000_000;
+
+/// Starts `churn` (after 2 s, `threads` threads, 4 at a time, burning `burn_ms` each) and
+/// records it with `extra` options.
+fn record_churn(threads: usize, burn_ms: u64, extra: &[&str]) -> Churn {
+    let threads_arg = threads.to_string();
+    let burn_arg = burn_ms.to_string();
+    let w = Workload::start(&[
+        "churn",
+        "--delay-ms",
+        "2000",
+        "--threads",
+        &threads_arg,
+        "--batch",
+        "4",
+        "--burn-ms",
+        &burn_arg,
+        "--secs",
+        "5",
+    ]);
+    let dir = Scratch::new("churn");
+    let steal_before = procfs::steal_ns_per_cpu();
+    let rec = start_record(&[w.pid], "4s", &dir.join("x.rec"), extra);
+    let tracing = wait_tracing(&rec);
+    let finished = rec.finish(RECORD_TIMEOUT);
+    assert_success(&finished, "stallscope record");
+    assert!(
+        tracing.contains("tracing 1 thread(s)"),
+        "stallscope should have attached before the churn began; it says: {tracing}"
+    );
+    let steal_after = procfs::steal_ns_per_cpu();
+    let steal_ns = steal_after
+        .iter()
+        .zip(&steal_before)
+        .map(|(a, b)| (a - b).max(0.0) as u64 + STEAL_TICK_NS)
+        .sum();
+    let workload = w.finish(RECORD_TIMEOUT);
+    let printed = churned(&workload.stdout);
+    assert_eq!(
+        printed.len(),
+        threads,
+        "the workload should report every thread it ran:\n{}",
+        workload.describe()
+    );
+    Churn {
+        report: parse_report(&finished.stdout),
+        printed,
+        steal_ns,
+    }
+}
+
+/// A thread's own exit path, after it read its CPU time: a generous bound.
+const EXIT_PATH_NS: u64 = 500_000;
+
+/// A churned thread's on-CPU time against what the kernel counted for it, and its four
+/// states against its lifetime. stallscope's count runs on past the thread's own clock read
+/// (to its exit), and includes time stolen by the hypervisor, which the kernel's per-thread
+/// clock leaves out; a thread credited with another's time, as a recycled account would be,
+/// lands outside.
+fn assert_own_account(t: &serde_json::Value, kernel_on_cpu_ns: u64, steal_ns: u64) {
+    let ours = u64_field(t, "on_cpu_ns");
+    let (lo, hi) = (
+        kernel_on_cpu_ns.saturating_sub(EXIT_PATH_NS),
+        kernel_on_cpu_ns + EXIT_PATH_NS + steal_ns,
+    );
+    assert!(
+        (lo..=hi).contains(&ours),
+        "thread {} ran {:.2} ms by the kernel's count (plus at most {:.1} ms stolen) but \
+         stallscope says {:.2} ms: {t}",
+        t["tid"],
+        kernel_on_cpu_ns as f64 / 1e6,
+        steal_ns as f64 / 1e6,
+        ours as f64 / 1e6
+    );
+    assert_eq!(t["exited"], true, "the thread exited: {t}");
+    split(t);
+}
+
+/// The threads of `printed` in the report.
+fn traced(c: &Churn) -> Vec<(&serde_json::Value, u64)> {
+    let threads = c.report["threads"].as_array().unwrap();
+    c.printed
+        .iter()
+        .filter_map(|&(tid, ns)| threads.iter().find(|t| t["tid"] == tid).map(|t| (t, ns)))
+        .collect()
+}
+
+/// Every traced churned thread has its own account, and together they hold no more than
+/// the kernel counted plus what was stolen.
+fn assert_accounts(c: &Churn) -> usize {
+    let traced = traced(c);
+    for &(t, kernel_on_cpu_ns) in &traced {
+        assert_own_account(t, kernel_on_cpu_ns, c.steal_ns);
+    }
+    let ours: u64 = traced.iter().map(|(t, _)| u64_field(t, "on_cpu_ns")).sum();
+    let kernel: u64 = traced.iter().map(|&(_, ns)| ns).sum();
+    let slack = c.steal_ns + EXIT_PATH_NS * traced.len() as u64;
+    eprintln!(
+        "{} churned threads traced: stallscope {:.1} ms on-CPU, kernel {:.1} ms, stolen at \
+         most {:.1} ms",
+        traced.len(),
+        ours as f64 / 1e6,
+        kernel as f64 / 1e6,
+        c.steal_ns as f64 / 1e6
+    );
+    assert!(
+        ours + EXIT_PATH_NS >= kernel && ours <= kernel + slack,
+        "the churned threads ran {:.1} ms by the kernel's count (plus at most {:.1} ms stolen \
+         and exit paths); stallscope says {:.1} ms",
+        kernel as f64 / 1e6,
+        slack as f64 / 1e6,
+        ours as f64 / 1e6
+    );
+    traced.len()
+}
+
+#[test]
+fn short_lived_threads_each_get_their_own_account() {
+    let _serial = serial();
+    let c = record_churn(200, 5, &[]);
+    assert_eq!(
+        assert_accounts(&c),
+        200,
+        "every churned thread should be traced"
+    );
+    assert_eq!(
+        c.report["lost_events"], 0,
+        "nothing should be lost: {}",
+        c.report["events"]
+    );
+}
+
+#[test]
+fn threads_beyond_max_threads_are_counted_not_traced() {
+    let _serial = serial();
+    // Room for the workload's main thread and two more: each batch of four has two too many.
+    let c = record_churn(40, 20, &["--max-threads", "3"]);
+    let traced = assert_accounts(&c);
+    let untracked = &c.report["events"]["thread_untracked"];
+    eprintln!("--max-threads 3: {traced} of 40 churned threads traced, untracked {untracked}");
+    assert_eq!(
+        u64_field(untracked, "lost") as usize + traced,
+        40,
+        "every thread is either traced or counted untracked: {untracked}"
+    );
+    assert!(
+        u64_field(untracked, "lost") > 0 && traced >= 2,
+        "with four threads at a time and two free slots, some must be traced and some \
+         refused: {untracked}"
+    );
+}
+
 #[test]
 fn launch_mode_traces_the_command_to_its_exit() {
     let _serial = serial();
