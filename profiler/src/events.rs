@@ -68,6 +68,13 @@ pub struct Decoder {
 }
 
 impl Decoder {
+    /// A decoder with the kernel's symbols already loaded (see [`Namer::load_kernel_symbols`]).
+    pub fn with_kernel_symbols() -> Self {
+        let mut d = Self::default();
+        d.namer.load_kernel_symbols();
+        d
+    }
+
     fn stack(&mut self, pid: u32, stack: &profiler_common::Stack, out: &mut Vec<Record>) -> u32 {
         let user = crate::symbolize::frames(&stack.user, stack.user_len);
         let kernel = crate::symbolize::frames(&stack.kernel, stack.kernel_len);

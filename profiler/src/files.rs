@@ -1,7 +1,11 @@
 //! Names files by (device, inode) for the page-cache report, from the open descriptors and
 //! mappings of the traced processes. The kernel's dev_t (major << 20 | minor) differs from
 //! the one stat() returns, so both are normalised to (major, minor).
-use std::{collections::HashMap, os::unix::fs::MetadataExt, path::PathBuf};
+use std::{
+    collections::{HashMap, HashSet},
+    os::unix::fs::MetadataExt,
+    path::PathBuf,
+};
 
 pub type FileId = (u32, u32, u64);
 
@@ -17,6 +21,9 @@ fn user_dev(dev: u64) -> (u32, u32) {
 #[derive(Default)]
 pub struct FileNames {
     names: HashMap<FileId, PathBuf>,
+    /// Mapped paths already named, by process: a mapping's file does not change under it,
+    /// and a process maps each library several times over, so each is looked up once.
+    mapped: HashSet<(u32, String)>,
 }
 
 /// The CUDA driver library `pid` has mapped, if any: its path in the process's own mount
@@ -48,12 +55,15 @@ impl FileNames {
                     .filter_map(|e| std::fs::read_link(e.path()).ok()),
             );
         }
-        paths.extend(
-            maps.lines()
-                .filter_map(|l| l.split_whitespace().nth(5))
-                .filter(|p| p.starts_with('/'))
-                .map(PathBuf::from),
-        );
+        for path in maps
+            .lines()
+            .filter_map(|l| l.split_whitespace().nth(5))
+            .filter(|p| p.starts_with('/'))
+        {
+            if self.mapped.insert((pid, path.to_string())) {
+                paths.push(PathBuf::from(path));
+            }
+        }
         for path in paths {
             if !path.is_absolute() {
                 continue;

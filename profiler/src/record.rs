@@ -65,7 +65,15 @@ pub fn run(args: RecordArgs) -> anyhow::Result<i32> {
     if args.no_cuda_probes {
         skip.push("cuda".into());
     }
-    let mut ebpf = loader::load(&layout.offsets, &config, args.max_threads, &skip)?;
+    // The kernel's symbols load before attaching (see `Namer::load_kernel_symbols`), on this
+    // thread (a symbolizer stays on the thread that made it) while another loads the programs.
+    let offsets = layout.offsets;
+    let max_threads = args.max_threads;
+    let loading = std::thread::spawn(move || loader::load(&offsets, &config, max_threads, &skip));
+    let decoder = crate::events::Decoder::with_kernel_symbols();
+    let mut ebpf = loading
+        .join()
+        .map_err(|_| anyhow::anyhow!("loading the eBPF programs panicked"))??;
 
     let ring = RingBuf::try_from(
         ebpf.take_map("EVENTS")
@@ -156,7 +164,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<i32> {
         .then(|| gpu::GpuSampler::start(args.nvml_lib.clone(), pids.clone(), start_ns));
     let duty = crate::uprobes::LaunchDuty::from_percent(args.launch_duty);
     let probes = crate::uprobes::CudaProbes::new(&mut ebpf, duty, !args.no_cuda_probes);
-    let mut session = session::Session::new(ebpf, slots, writer, pids, gpu, probes);
+    let mut session = session::Session::new(ebpf, slots, decoder, writer, pids, gpu, probes);
     eprintln!(
         "stallscope: tracing {} thread(s) of PID {}{}; writing {}",
         seeds.len(),

@@ -66,6 +66,7 @@ impl Session {
     pub fn new(
         ebpf: aya::Ebpf,
         slots: Slots,
+        decoder: Decoder,
         writer: RecordingWriter<BufWriter<File>>,
         pids: Arc<Mutex<BTreeSet<u32>>>,
         gpu: Option<GpuSampler>,
@@ -75,7 +76,7 @@ impl Session {
             ebpf,
             slots,
             writer,
-            decoder: Decoder::default(),
+            decoder,
             last: HashMap::new(),
             pids,
             files: FileNames::default(),

@@ -45,6 +45,21 @@ impl Default for Namer {
     }
 }
 
+/// The address of the kernel's `_text`, which /proc/kallsyms lists near its start.
+fn kernel_text_address() -> Option<u64> {
+    use std::io::BufRead as _;
+    let file = std::fs::File::open("/proc/kallsyms").ok()?;
+    std::io::BufReader::new(file)
+        .lines()
+        .take(1000)
+        .map_while(Result::ok)
+        .find_map(|line| {
+            let mut fields = line.split_whitespace();
+            let addr = u64::from_str_radix(fields.next()?, 16).ok()?;
+            (fields.nth(1)? == "_text" && addr != 0).then_some(addr)
+        })
+}
+
 /// The addresses of a `bpf_get_stack` buffer, leaf first. `len` is the helper's byte count.
 pub fn frames(buf: &[u64], len: i32) -> &[u64] {
     let n = (len.max(0) as usize / 8).min(buf.len());
@@ -92,6 +107,15 @@ impl Namer {
             .iter()
             .map(|a| self.cache[&(key_pid, *a)].clone())
             .collect()
+    }
+
+    /// Loads the kernel's symbols now. The first kernel stack would otherwise do it: a read
+    /// and parse of /proc/kallsyms that takes a tenth of a second of CPU, which should be
+    /// spent before the programs attach rather than while the target is traced.
+    pub fn load_kernel_symbols(&mut self) {
+        if let Some(addr) = kernel_text_address() {
+            self.names(0, &[addr], true);
+        }
     }
 
     /// Names a sampled stack, root first: user frames, then kernel frames.

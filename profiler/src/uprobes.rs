@@ -60,6 +60,9 @@ pub struct CudaProbes {
     /// By (TID, API index): the counts already reported.
     last_counts: BTreeMap<(u32, u32), u64>,
     launches: Option<BpfHashMap<MapData, u64, u64>>,
+    /// Whether any launch entry point is probed: until one is, the launch counts are not
+    /// read (walking the empty hash costs a scan of all its buckets on every tick).
+    counting: bool,
     /// Whether the uprobe programs loaded at all.
     pub available: bool,
 }
@@ -94,6 +97,7 @@ impl CudaProbes {
             links: Vec::new(),
             last_counts: BTreeMap::new(),
             launches,
+            counting: false,
             available,
         }
     }
@@ -169,6 +173,7 @@ impl CudaProbes {
                 Probe::Counted => match &self.windows {
                     Some(w) => {
                         w.add(in_ns.to_path_buf(), offset, i as u64);
+                        self.counting = true;
                         Ok(())
                     }
                     None => continue,
@@ -212,9 +217,9 @@ impl CudaProbes {
     /// The launch counts gathered since the last call, and how long the probes were on.
     pub fn tick(&mut self) -> Option<Record> {
         let probed_ns = self.windows.as_ref()?.take_probed_ns();
-        let map = self.launches.as_ref()?;
+        let map = self.launches.as_ref().filter(|_| self.counting);
         let mut counts = Vec::new();
-        for entry in map.iter() {
+        for entry in map.iter().flat_map(|m| m.iter()) {
             let Ok((key, total)) = entry else { continue };
             let (tid, api) = ((key >> 32) as u32, key as u32);
             let last = self.last_counts.insert((tid, api), total).unwrap_or(0);
