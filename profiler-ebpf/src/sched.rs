@@ -260,14 +260,17 @@ pub fn sched_process_exit(ctx: BtfTracePointContext) -> i32 {
     // Nothing may reach the slot once it is free, another thread's then: not the TID's lane,
     // nor this CPU's record of its current task, which the final switch-out reads.
     set_slot(tid, 0);
+    let now = unsafe { bpf_ktime_get_ns() };
     if let Some(cpu) = CPU_CURRENT.get_ptr_mut(0) {
         // SAFETY: this CPU's record; its switches cannot run while this does.
         let cpu = unsafe { &mut *cpu };
         if cpu.task == task as u64 {
             cpu.slot = 0;
         }
+        // The thread runs this: a switch-in not seen ends its off-CPU period, as at a
+        // switch-out.
+        found_running(st, tid, cpu.ts_ns, now);
     }
-    let now = unsafe { bpf_ktime_get_ns() };
     st.credit(now);
     settle_run_delay(st, task);
     if let Some(mut entry) = reserve::<ThreadExit>(kind::THREAD_EXIT) {
