@@ -49,6 +49,14 @@ pub struct Session {
     pub unprobe: Option<std::thread::JoinHandle<()>>,
 }
 
+/// The kernel's per-kind counts of attempted and refused records.
+fn event_counts(ebpf: &aya::Ebpf) -> anyhow::Result<PerCpuArray<&MapData, EventCounts>> {
+    let map = ebpf
+        .map("COUNTS")
+        .ok_or_else(|| anyhow::anyhow!("map COUNTS missing"))?;
+    Ok(PerCpuArray::try_from(map)?)
+}
+
 /// The counters of a live thread, with its open interval credited up to `now`.
 fn snapshot(tid: u32, st: &ThreadStats, now: u64) -> ThreadCounters {
     let mut c = crate::events::counters(tid, st);
@@ -150,11 +158,7 @@ impl Session {
         let now = monotonic_ns();
         self.last_tick_ns = now;
         self.slots.handed_out(self.decoder.highest_slot);
-        let counts: PerCpuArray<_, EventCounts> = PerCpuArray::try_from(
-            self.ebpf
-                .map("COUNTS")
-                .ok_or_else(|| anyhow::anyhow!("map COUNTS missing"))?,
-        )?;
+        let counts = event_counts(&self.ebpf)?;
         let mut threads = Vec::new();
         for (tid, st) in self.slots.read(&counts)? {
             // Raw values: when the kernel moves time between states after the fact (a switch
@@ -302,11 +306,7 @@ impl Session {
     }
 
     fn losses(&mut self) -> anyhow::Result<()> {
-        let map = self
-            .ebpf
-            .map("COUNTS")
-            .ok_or_else(|| anyhow::anyhow!("map COUNTS missing"))?;
-        let counts: PerCpuArray<_, EventCounts> = PerCpuArray::try_from(map)?;
+        let counts = event_counts(&self.ebpf)?;
         for k in 1..kind::COUNT {
             let per_cpu = counts.get(&k, 0)?;
             let (attempted, dropped) = per_cpu

@@ -5,7 +5,9 @@
 //! through the per-TID lanes of `TRACKED` (see `profiler-ebpf/src/maps.rs`); a fork takes a
 //! free slot number from the `FREE_SLOTS` stack and an exit gives it back. The stack keeps
 //! the slots in use the lowest ones, so a tick reads entries up to the highest slot handed
-//! out, which the `THREAD_NEW` records report.
+//! out, which the `THREAD_NEW` records report. A record the ring buffer refused hides its
+//! slot; but never-used slots come off the stack in ascending order, so each refused fork
+//! raises the highest slot by one at most, and the bound grows by one per refusal.
 use anyhow::Context as _;
 use aya::maps::{Array, MapData, PerCpuArray, Stack};
 use profiler_common::{EventCounts, MAX_SLOTS, TIDS_PER_ELEMENT, ThreadStats, kind};
@@ -24,11 +26,11 @@ where
 
 pub struct Slots {
     table: Array<MapData, ThreadStats>,
-    /// Entries that may be in use: the highest slot number seeded or reported so far.
+    /// Entries that may be in use: at least the highest slot number handed out so far.
     high: u32,
     /// Entries in the table.
     capacity: u32,
-    /// `THREAD_NEW` refusals seen so far: a refused record may hide a slot handed out.
+    /// `THREAD_NEW` refusals already added to `high`.
     refused: u64,
 }
 
@@ -96,22 +98,13 @@ impl Slots {
             .iter()
             .map(|c| c.dropped)
             .sum();
-        let limit = if refused != self.refused {
-            self.refused = refused;
-            self.capacity
-        } else {
-            self.high
-        };
-        let mut out = Vec::new();
-        for index in 0..limit {
-            let Ok(st) = self.table.get(&index, 0) else {
-                continue;
-            };
-            if st.tid != 0 {
-                self.high = self.high.max(index + 1);
-                out.push((st.tid, st));
-            }
-        }
-        Ok(out)
+        let unseen = refused.saturating_sub(self.refused);
+        self.refused = refused;
+        self.high = (u64::from(self.high) + unseen).min(u64::from(self.capacity)) as u32;
+        Ok((0..self.high)
+            .filter_map(|index| self.table.get(&index, 0).ok())
+            .filter(|st| st.tid != 0)
+            .map(|st| (st.tid, st))
+            .collect())
     }
 }

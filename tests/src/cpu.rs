@@ -131,8 +131,9 @@ pub fn fork_tree(delay: Duration, secs: Duration) -> io::Result<()> {
 pub const CHURNED: &str = "churned";
 
 /// `churn`: ready at once; after `delay`, runs `threads` short-lived threads, `batch` at a
-/// time, each burning CPU for `burn` of wall time. A profiler that recycles per-thread state must give
-/// each thread its own account. Prints one `churned tid=T on_cpu_ns=N` line per thread.
+/// time, each burning CPU for `burn` of wall time. A profiler that recycles per-thread state
+/// must give each thread its own account. Prints one `churned tid=T on_cpu_ns=N` line per
+/// thread.
 pub fn churn(
     delay: Duration,
     threads: usize,

@@ -79,7 +79,8 @@ fn churned(stdout: &str) -> Vec<(u32, u64)> {
     stdout
         .lines()
         .filter_map(|l| {
-            let rest = l.strip_prefix("churned tid=")?;
+            let rest = l.strip_prefix(stallscope_tests::cpu::CHURNED)?;
+            let rest = rest.strip_prefix(" tid=")?;
             let (tid, on_cpu) = rest.split_once(" on_cpu_ns=")?;
             Some((tid.parse().ok()?, on_cpu.parse().ok()?))
         })
