@@ -5,7 +5,9 @@ use std::io::{self, Write};
 
 use serde::Serialize;
 
-use crate::attribution::{Attribution, Cause, SecondLabel, Stall, Verdict};
+use crate::attribution::{
+    Attribution, Cause, CauseEvidence, Evidence, SecondLabel, Stall, Verdict,
+};
 use crate::model::Analysis;
 use crate::units;
 
@@ -23,6 +25,8 @@ pub struct JsonGpu<'a> {
     pub busy_ns: u64,
     pub idle_ns: u64,
     pub idle_by_cause: BTreeMap<&'static str, u64>,
+    /// Each cause that took idle time, with its evidence summed over all its windows.
+    pub causes: &'a [CauseEvidence],
     pub samples: usize,
     pub pcie_max_gen: u32,
     pub pcie_max_width: u32,
@@ -55,6 +59,7 @@ pub fn json_gpus(a: &Analysis) -> Vec<JsonGpu<'_>> {
                     .iter()
                     .map(|(c, ns)| (c.name(), *ns))
                     .collect(),
+                causes: &g.causes,
                 samples: a.gpus.get(&g.gpu).map_or(0, |t| t.samples.len()),
                 pcie_max_gen: info.map_or(0, |i| i.pcie_max_gen),
                 pcie_max_width: info.map_or(0, |i| i.pcie_max_width),
@@ -128,9 +133,31 @@ pub fn write_text<W: Write>(a: &Analysis, w: &mut W) -> io::Result<()> {
                 pct(*ns, g.observed_ns)
             )?;
         }
+        write_causes(&g.causes, g.observed_ns, w)?;
         write_stalls(a, attr, g.gpu, w)?;
     }
     writeln!(w, "\nverdict: {}", attr.verdict.text)
+}
+
+/// Each cause's evidence over all of its windows: the answer for a job that idles a little
+/// everywhere and so has no stall.
+fn write_causes<W: Write>(causes: &[CauseEvidence], observed_ns: u64, w: &mut W) -> io::Result<()> {
+    if causes.is_empty() {
+        return Ok(());
+    }
+    writeln!(w, "  why, by cause (over every window it labelled):")?;
+    for c in causes {
+        writeln!(
+            w,
+            "    {}: {} s idle ({} of GPU time) in {} windows",
+            c.cause.name(),
+            units::seconds(c.idle_ns),
+            pct(c.idle_ns, observed_ns),
+            c.windows
+        )?;
+        write_evidence(&c.evidence, w)?;
+    }
+    Ok(())
 }
 
 fn write_stalls<W: Write>(a: &Analysis, attr: &Attribution, gpu: u32, w: &mut W) -> io::Result<()> {
@@ -153,50 +180,56 @@ fn write_stalls<W: Write>(a: &Analysis, attr: &Attribution, gpu: u32, w: &mut W)
         if let Some(reason) = &s.reason {
             writeln!(w, "      why unknown: {reason}")?;
         }
-        for t in s.evidence.threads.iter().take(3) {
-            let total = (t.on_cpu_ns + t.runqueue_ns + t.io_wait_ns + t.blocked_ns).max(1);
-            writeln!(
-                w,
-                "      {} {} ({}/{}): on-CPU {}, run-queue {}, IO {}, blocked {}",
-                t.role,
-                t.comm,
-                t.pid,
-                t.tid,
-                pct(t.on_cpu_ns, total),
-                pct(t.runqueue_ns, total),
-                pct(t.io_wait_ns, total),
-                pct(t.blocked_ns, total)
-            )?;
-        }
-        for st in s.evidence.stacks.iter().take(2) {
-            let leaf: Vec<&str> = st
-                .frames
-                .iter()
-                .rev()
-                .take(TEXT_FRAMES)
-                .map(String::as_str)
-                .collect();
-            writeln!(
-                w,
-                "      stack ({} {}): {}",
-                st.weight,
-                st.unit,
-                leaf.join(" <- ")
-            )?;
-        }
-        if let Some(io) = &s.evidence.block_io {
-            writeln!(
-                w,
-                "      block IO: {} requests, {} read, p99 {} ms",
-                io.requests,
-                units::bytes(io.read_bytes),
-                io.p99_ns
-                    .map_or("-".into(), |ns| format!("{:.1}", ns as f64 / 1e6))
-            )?;
-        }
-        if let Some(c) = &s.evidence.cuda {
-            write_cuda_evidence(c, w)?;
-        }
+        write_evidence(&s.evidence, w)?;
+    }
+    Ok(())
+}
+
+/// The evidence lines under a stall or a cause.
+fn write_evidence<W: Write>(ev: &Evidence, w: &mut W) -> io::Result<()> {
+    for t in ev.threads.iter().take(3) {
+        let total = (t.on_cpu_ns + t.runqueue_ns + t.io_wait_ns + t.blocked_ns).max(1);
+        writeln!(
+            w,
+            "      {} {} ({}/{}): on-CPU {}, run-queue {}, IO {}, blocked {}",
+            t.role,
+            t.comm,
+            t.pid,
+            t.tid,
+            pct(t.on_cpu_ns, total),
+            pct(t.runqueue_ns, total),
+            pct(t.io_wait_ns, total),
+            pct(t.blocked_ns, total)
+        )?;
+    }
+    for st in ev.stacks.iter().take(2) {
+        let leaf: Vec<&str> = st
+            .frames
+            .iter()
+            .rev()
+            .take(TEXT_FRAMES)
+            .map(String::as_str)
+            .collect();
+        writeln!(
+            w,
+            "      stack ({} {}): {}",
+            st.weight,
+            st.unit,
+            leaf.join(" <- ")
+        )?;
+    }
+    if let Some(io) = &ev.block_io {
+        writeln!(
+            w,
+            "      block IO: {} requests, {} read, p99 {} ms",
+            io.requests,
+            units::bytes(io.read_bytes),
+            io.p99_ns
+                .map_or("-".into(), |ns| format!("{:.1}", ns as f64 / 1e6))
+        )?;
+    }
+    if let Some(c) = &ev.cuda {
+        write_cuda_evidence(c, w)?;
     }
     Ok(())
 }

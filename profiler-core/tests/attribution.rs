@@ -50,11 +50,11 @@ fn assert_idle_s(g: &profiler_core::attribution::GpuAttribution, cause: Cause, w
     );
 }
 
-fn phase_at(ms: u64) -> &'static Phase {
-    PHASES
+fn phase_at(phases: &[Phase], ms: u64) -> &Phase {
+    phases
         .iter()
         .find(|p| ms < p.until_ms)
-        .unwrap_or(&PHASES[2])
+        .unwrap_or(&phases[phases.len() - 1])
 }
 
 /// The recording's start: its `Meta` and one GPU that the feeder uses.
@@ -76,6 +76,12 @@ fn job_start() -> [Record; 2] {
 }
 
 fn recording() -> Vec<Record> {
+    recording_of(&PHASES)
+}
+
+/// Ten seconds of `phases`, with the workers' stacks sampled while they compute (4 to 8 s)
+/// and their IO waits after 8 s.
+fn recording_of(phases: &[Phase]) -> Vec<Record> {
     let mut out = Vec::from(job_start());
     out.extend([
         Record::Stack {
@@ -113,7 +119,7 @@ fn recording() -> Vec<Record> {
         .collect();
     let mut t = START;
     while t < START + 10_000 * MS {
-        let p = phase_at((t - START) / MS);
+        let p = phase_at(phases, (t - START) / MS);
         for c in &mut totals {
             let f = if c.tid == FEEDER { p.feeder } else { p.worker };
             c.on_cpu_ns += (f[0] * TICK as f64) as u64;
@@ -154,7 +160,7 @@ fn recording() -> Vec<Record> {
             gpu: 0,
             ts_ns: s,
             period_ns: PERIOD,
-            util_pct: phase_at(mid_ms).util,
+            util_pct: phase_at(phases, mid_ms).util,
         });
         s += PERIOD;
     }
@@ -275,7 +281,8 @@ fn no_gpu_samples_means_no_attribution() {
 }
 
 /// Four seconds of a feeder busy on its own while the GPU idles 70%: host work, or a sync
-/// spinning on-CPU, which only the CUDA probes tell apart. The probes attach at `attach_ms`.
+/// spinning on-CPU, which only the CUDA probes tell apart. The probes attach at `attach_ms`
+/// and see the feeder's first call, a short copy, at once.
 fn host_work(attach_ms: u64) -> Vec<Record> {
     let mut out = Vec::from(job_start());
     out.extend([
@@ -293,6 +300,7 @@ fn host_work(attach_ms: u64) -> Vec<Record> {
             attached: vec!["cuStreamSynchronize".into()],
             missing: Vec::new(),
         },
+        first_call(START + attach_ms * MS),
     ]);
     let mut c = ThreadCounters {
         tid: FEEDER,
@@ -320,6 +328,46 @@ fn host_work(attach_ms: u64) -> Vec<Record> {
         s += PERIOD;
     }
     out
+}
+
+/// A 10 µs copy by the feeder at `ts_ns`.
+fn first_call(ts_ns: u64) -> Record {
+    Record::CudaCall(profiler_core::record::CudaCall {
+        tid: FEEDER,
+        pid: FEEDER,
+        start_ns: ts_ns,
+        end_ns: ts_ns + 10_000,
+        api: "cuMemcpyHtoDAsync_v2".into(),
+        op: profiler_core::cuda::CudaOp::Copy {
+            dir: profiler_core::cuda::CopyDir::HostToDevice,
+            dst: 0x1000,
+            src: 0x2000,
+            bytes: 4096,
+            stream: 0,
+            asynchronous: true,
+        },
+        status: 0,
+        caller: String::new(),
+    })
+}
+
+#[test]
+fn before_the_cuda_probes_see_a_call_host_work_is_not_claimed() {
+    // Probes on at the start, but the feeder's first call comes at 2 s: it may have been
+    // inside a sync since before the probes attached, spinning.
+    let mut records = host_work(0);
+    records.retain(|r| !matches!(r, Record::CudaCall(_)));
+    records.push(first_call(START + 2000 * MS));
+    let a = analyze(records);
+    let g = &a.attribution.as_ref().expect("attributed").gpus[0];
+    assert_idle_s(g, Cause::Unknown, 1.4);
+    assert_idle_s(g, Cause::HostCompute, 1.4);
+    // A feeder the probes never saw calling anything: in doubt throughout.
+    let mut records = host_work(0);
+    records.retain(|r| !matches!(r, Record::CudaCall(_)));
+    let a = analyze(records);
+    let g = &a.attribution.as_ref().expect("attributed").gpus[0];
+    assert_idle_s(g, Cause::HostCompute, 0.0);
 }
 
 #[test]
@@ -358,4 +406,104 @@ fn before_the_cuda_probes_attach_other_causes_stand() {
     assert_idle_s(g, Cause::DataloaderCpu, 2.8);
     assert_idle_s(g, Cause::Disk, 1.6);
     assert_idle_s(g, Cause::Unknown, 0.0);
+}
+
+/// A feeder waiting for workers that compute, with the GPU 29% idle in every window: no window
+/// is a stall, and the report must still say why.
+const EVEN: [Phase; 1] = [Phase {
+    until_ms: 10000,
+    util: 71,
+    feeder: [0.3, 0.0, 0.0, 0.7],
+    worker: [0.95, 0.03, 0.0, 0.02],
+}];
+
+#[test]
+fn a_job_idling_a_little_everywhere_gets_evidence_per_cause() {
+    let a = analyze(recording_of(&EVEN));
+    let g = &a.attribution.as_ref().expect("attributed").gpus[0];
+    assert!(
+        g.stalls.is_empty(),
+        "no window is half idle: {:?}",
+        g.stalls
+    );
+    let idle_share = g.idle_ns as f64 / g.observed_ns as f64;
+    assert!((idle_share - 0.29).abs() < 0.02, "{idle_share}");
+    let top = &g.causes[0];
+    assert_eq!(top.cause, Cause::DataloaderCpu, "{:?}", g.causes);
+    assert_eq!(top.idle_ns, g.idle_by_cause[&Cause::DataloaderCpu]);
+    assert_eq!(
+        g.causes.iter().map(|c| c.idle_ns).sum::<u64>(),
+        g.idle_ns,
+        "every cause with idle time is listed"
+    );
+    assert!(top.windows >= 55, "{} windows", top.windows);
+    let ev = &top.evidence;
+    assert!(
+        !ev.threads.is_empty() && ev.threads.iter().all(|t| t.role == "worker"),
+        "{ev:?}"
+    );
+    // Summed over the whole run: each worker ran about 95% of 10 s.
+    assert!(
+        ev.threads.iter().all(|t| t.on_cpu_ns > 9_000 * MS),
+        "{:?}",
+        ev.threads
+    );
+    assert_eq!(
+        ev.stacks[0].frames.last().map(String::as_str),
+        Some("decode_jpeg")
+    );
+    let v = profiler_core::report_json::to_json_value(&a, &profiler_core::LoadInfo::default());
+    let cause = &v["gpus"][0]["causes"][0];
+    assert_eq!(cause["cause"], "dataloader_cpu", "{cause}");
+    assert_eq!(
+        cause["evidence"]["stacks"][0]["frames"][2], "decode_jpeg",
+        "{cause}"
+    );
+    assert!(v["stalls"].as_array().unwrap().is_empty());
+    let mut text = Vec::new();
+    profiler_core::report_text::write_text(&a, &profiler_core::LoadInfo::default(), &mut text)
+        .unwrap();
+    let text = String::from_utf8(text).unwrap();
+    let why = text
+        .split_once("why, by cause")
+        .unwrap_or_else(|| panic!("no per-cause evidence in the text report:\n{text}"))
+        .1;
+    assert!(
+        why.contains("dataloader_cpu")
+            && why.contains("pt_data_worker")
+            && why.contains("decode_jpeg"),
+        "{text}"
+    );
+}
+
+#[test]
+fn launch_overhead_evidence_gives_the_launch_rate() {
+    let mut records = host_work(0);
+    // 1,000 launches in the 10 ms the launch probes were on: 100,000 per second.
+    records.push(Record::Launches {
+        ts_ns: START + 1000 * MS,
+        probed_ns: 10 * MS,
+        counts: vec![profiler_core::record::LaunchCount {
+            tid: FEEDER,
+            pid: FEEDER,
+            launches: 1000,
+            api: "cuLaunchKernel".into(),
+        }],
+    });
+    let a = analyze(records);
+    let g = &a.attribution.as_ref().expect("attributed").gpus[0];
+    assert_idle_s(g, Cause::LaunchOverhead, 2.8);
+    let stall = &g.stalls[0];
+    assert_eq!(stall.cause, Cause::LaunchOverhead);
+    for cuda in [&stall.evidence.cuda, &g.causes[0].evidence.cuda] {
+        let cuda = cuda.as_ref().expect("launch_overhead has CUDA evidence");
+        assert_eq!(cuda.launches_per_sec, Some(100_000.0), "{cuda:?}");
+        assert_eq!(cuda.launches_by_api.get("cuLaunchKernel"), Some(&1000));
+    }
+    let mut text = Vec::new();
+    profiler_core::report_text::write_text(&a, &profiler_core::LoadInfo::default(), &mut text)
+        .unwrap();
+    let text = String::from_utf8(text).unwrap();
+    let stalls = text.split_once("longest stalls").expect("a stall").1;
+    assert!(stalls.contains("kernel launches: about 100000/s"), "{text}");
 }

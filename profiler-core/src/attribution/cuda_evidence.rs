@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use super::evidence::{contains, overlaps};
 use super::{Cause, link::LinkState, roles::Roles};
 use crate::cuda::{CudaOp, WaitKind};
 use crate::model::{Analysis, GpuTimeline};
@@ -76,20 +77,22 @@ fn wanted(cause: Cause, kind: WaitKind) -> bool {
     }
 }
 
+/// The CUDA evidence for `cause` over `ranges` (sorted, not overlapping; see
+/// [`super::evidence::gather`]); `None` for the causes the probes do not speak to.
 pub fn gather(
     a: &Analysis,
     roles: &Roles,
     g: &GpuTimeline,
     cause: Cause,
-    start: u64,
-    end: u64,
+    ranges: &[(u64, u64)],
 ) -> Option<CudaEvidence> {
     if !matches!(
         cause,
-        Cause::PinnedMemoryCopy | Cause::Pcie | Cause::NcclWait
+        Cause::PinnedMemoryCopy | Cause::Pcie | Cause::NcclWait | Cause::LaunchOverhead
     ) {
         return None;
     }
+    let end = ranges.last().map_or(0, |r| r.1);
     let gpu_pids: Vec<u32> = roles
         .feeders
         .iter()
@@ -100,10 +103,10 @@ pub fn gather(
     let (mut copy_ns, mut copy_bytes) = (0u64, 0u64);
     let (mut pinned, mut pageable) = (0u64, 0u64);
     for w in &a.cuda.waits {
-        if w.end_ns <= start || w.start_ns >= end || !gpu_pids.contains(&w.pid) {
+        if !wanted(cause, w.kind) || !gpu_pids.contains(&w.pid) {
             continue;
         }
-        if !wanted(cause, w.kind) {
+        if !overlaps(ranges, w.start_ns, w.end_ns) {
             continue;
         }
         let ns = w.end_ns - w.start_ns;
@@ -168,7 +171,7 @@ pub fn gather(
     if cause == Cause::NcclWait {
         let mut by_op: BTreeMap<&'static str, CollectiveEvidence> = BTreeMap::new();
         for c in &a.cuda.calls {
-            if c.start_ns < start || c.start_ns >= end || !gpu_pids.contains(&c.pid) {
+            if !gpu_pids.contains(&c.pid) || !contains(ranges, c.start_ns) {
                 continue;
             }
             if let CudaOp::Collective { op, bytes, .. } = c.op {

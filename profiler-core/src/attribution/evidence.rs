@@ -1,5 +1,5 @@
-//! The evidence behind a label: which threads did what during the stall, the stacks sampled
-//! there, and the block IO it saw.
+//! The evidence behind a label: which threads did what during a stall, or during every window
+//! of one cause, the stacks sampled there, and the block IO seen there.
 use std::collections::BTreeMap;
 
 use serde::Serialize;
@@ -89,15 +89,99 @@ fn metric(cause: Cause, t: &ThreadEvidence) -> u64 {
     }
 }
 
+/// The evidence for `cause` over `ranges`: `[start, end)` CLOCK_MONOTONIC ns, in time order
+/// and not overlapping (one stall, or every window of the cause).
 pub fn gather(
     a: &Analysis,
     timed: &crate::timed::TimedEvents,
     roles: &Roles,
     cause: Cause,
-    start: u64,
-    end: u64,
+    ranges: &[(u64, u64)],
 ) -> Evidence {
     let mut per_thread: BTreeMap<u32, ThreadEvidence> = BTreeMap::new();
+    for &(start, end) in ranges {
+        add_thread_time(a, roles, start, end, &mut per_thread);
+    }
+    let mut threads: Vec<ThreadEvidence> = per_thread
+        .into_values()
+        .filter(|t| relevant(roles, cause, t.tid) && metric(cause, t) > 0)
+        .collect();
+    threads.sort_by(|x, y| {
+        metric(cause, y)
+            .cmp(&metric(cause, x))
+            .then(x.tid.cmp(&y.tid))
+    });
+    threads.truncate(TOP_THREADS);
+
+    let mut weights: crate::fxhash::FxHashMap<u32, u64> = Default::default();
+    let unit = if cause == Cause::Disk {
+        "ns"
+    } else {
+        "samples"
+    };
+    for &(start, end) in ranges {
+        if cause == Cause::Disk {
+            for s in timed.io_wait_in(start, end) {
+                *weights.entry(s.stack).or_default() += s.duration_ns;
+            }
+        } else {
+            for s in timed.cpu_in(start, end) {
+                if relevant(roles, cause, s.tid) {
+                    *weights.entry(s.stack).or_default() += 1;
+                }
+            }
+        }
+    }
+    let no_frames = Vec::new();
+    let frames_of = |id: &u32| a.stacks.get(id).unwrap_or(&no_frames);
+    let mut ranked: Vec<(u32, u64)> = weights.into_iter().collect();
+    ranked.sort_by(|x, y| {
+        y.1.cmp(&x.1)
+            .then_with(|| frames_of(&x.0).cmp(frames_of(&y.0)))
+    });
+    let stacks = ranked
+        .into_iter()
+        .take(TOP_STACKS)
+        .map(|(id, weight)| StackEvidence {
+            weight,
+            unit,
+            frames: frames_of(&id).clone(),
+        })
+        .collect();
+
+    let mut io = IoEvidence::default();
+    let mut lat = Percentiles::new();
+    for b in ranges
+        .iter()
+        .flat_map(|&(start, end)| timed.block_io_in(start, end))
+    {
+        io.requests += 1;
+        if b.write {
+            io.write_bytes += b.bytes;
+        } else {
+            io.read_bytes += b.bytes;
+        }
+        lat.record(b.latency_ns);
+    }
+    io.p50_ns = lat.percentile(50);
+    io.p99_ns = lat.percentile(99);
+    Evidence {
+        threads,
+        stacks,
+        block_io: (io.requests > 0).then_some(io),
+        cuda: None,
+    }
+}
+
+/// Adds each thread's time in `[start, end)` to `per_thread`, from the tick slices that
+/// overlap it (a slice counts in proportion to its overlap).
+fn add_thread_time(
+    a: &Analysis,
+    roles: &Roles,
+    start: u64,
+    end: u64,
+    per_thread: &mut BTreeMap<u32, ThreadEvidence>,
+) {
     // Slices are in time order and do not overlap.
     let first = a.timeline.partition_point(|s| s.end_ns <= start);
     for slice in a.timeline[first..]
@@ -127,65 +211,32 @@ pub fn gather(
             t.blocked_ns += part(d.blocked_ns);
         }
     }
-    let mut threads: Vec<ThreadEvidence> = per_thread
-        .into_values()
-        .filter(|t| relevant(roles, cause, t.tid) && metric(cause, t) > 0)
-        .collect();
-    threads.sort_by(|x, y| {
-        metric(cause, y)
-            .cmp(&metric(cause, x))
-            .then(x.tid.cmp(&y.tid))
-    });
-    threads.truncate(TOP_THREADS);
+}
 
-    let mut weights: crate::fxhash::FxHashMap<u32, u64> = Default::default();
-    let unit = if cause == Cause::Disk {
-        for s in timed.io_wait_in(start, end) {
-            *weights.entry(s.stack).or_default() += s.duration_ns;
-        }
-        "ns"
-    } else {
-        for s in timed.cpu_in(start, end) {
-            if relevant(roles, cause, s.tid) {
-                *weights.entry(s.stack).or_default() += 1;
-            }
-        }
-        "samples"
-    };
-    let no_frames = Vec::new();
-    let frames_of = |id: &u32| a.stacks.get(id).unwrap_or(&no_frames);
-    let mut ranked: Vec<(u32, u64)> = weights.into_iter().collect();
-    ranked.sort_by(|x, y| {
-        y.1.cmp(&x.1)
-            .then_with(|| frames_of(&x.0).cmp(frames_of(&y.0)))
-    });
-    let stacks = ranked
-        .into_iter()
-        .take(TOP_STACKS)
-        .map(|(id, weight)| StackEvidence {
-            weight,
-            unit,
-            frames: frames_of(&id).clone(),
-        })
-        .collect();
+/// Whether `[start, end)` overlaps one of `ranges` (sorted, not overlapping).
+pub fn overlaps(ranges: &[(u64, u64)], start: u64, end: u64) -> bool {
+    // The last range that starts before `end` is the only one that can reach past `start`.
+    let i = ranges.partition_point(|r| r.0 < end);
+    i > 0 && ranges[i - 1].1 > start
+}
 
-    let mut io = IoEvidence::default();
-    let mut lat = Percentiles::new();
-    for b in timed.block_io_in(start, end) {
-        io.requests += 1;
-        if b.write {
-            io.write_bytes += b.bytes;
-        } else {
-            io.read_bytes += b.bytes;
-        }
-        lat.record(b.latency_ns);
-    }
-    io.p50_ns = lat.percentile(50);
-    io.p99_ns = lat.percentile(99);
-    Evidence {
-        threads,
-        stacks,
-        block_io: (io.requests > 0).then_some(io),
-        cuda: None,
+/// Whether `ts` lies in one of `ranges` (sorted, not overlapping).
+pub fn contains(ranges: &[(u64, u64)], ts: u64) -> bool {
+    let i = ranges.partition_point(|r| r.0 <= ts);
+    i > 0 && ts < ranges[i - 1].1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn range_lookups() {
+        let r = [(10, 20), (30, 40)];
+        assert!(overlaps(&r, 5, 11) && overlaps(&r, 19, 31) && overlaps(&r, 35, 36));
+        assert!(!overlaps(&r, 0, 10) && !overlaps(&r, 20, 30) && !overlaps(&r, 40, 50));
+        assert!(!overlaps(&[], 0, 100));
+        assert!(contains(&r, 10) && contains(&r, 39));
+        assert!(!contains(&r, 9) && !contains(&r, 20) && !contains(&r, 40));
     }
 }

@@ -124,6 +124,17 @@ pub struct Stall {
     pub evidence: Evidence,
 }
 
+/// Everything behind one cause's idle time on a GPU, summed over every window it labelled:
+/// a job that idles a little in every window has no stall, and still gets its why.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct CauseEvidence {
+    pub cause: Cause,
+    pub idle_ns: u64,
+    /// The windows (utilization sample periods) it labelled.
+    pub windows: usize,
+    pub evidence: Evidence,
+}
+
 /// The dominant cause of one second of the recording.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct SecondLabel {
@@ -141,6 +152,8 @@ pub struct GpuAttribution {
     pub busy_ns: u64,
     pub idle_ns: u64,
     pub idle_by_cause: BTreeMap<Cause, u64>,
+    /// Each cause that took idle time, with its evidence, the most idle time first.
+    pub causes: Vec<CauseEvidence>,
     /// The longest stalls first.
     pub stalls: Vec<Stall>,
     pub seconds: Vec<SecondLabel>,
@@ -178,9 +191,10 @@ const STALL_IDLE_FRACTION: f64 = 0.5;
 /// At most this many stalls per GPU are kept, the longest.
 const MAX_STALLS: usize = 20;
 
-/// Why a window of a probed feeder that starts before its probes went on, and looks like host
-/// work, has no cause: the feeder's time in CUDA calls was not measured yet.
-pub const BEFORE_PROBES: &str = "before the CUDA probes attached to the feeder";
+/// Why a window of a probed feeder that starts before the probes saw its first CUDA call, and
+/// looks like host work, has no cause: the feeder's time in CUDA calls was not measured yet.
+pub const BEFORE_PROBES: &str = "before the CUDA probes saw the feeder's first call (a call \
+                                 in progress when they attached goes unseen)";
 
 /// Labels every GPU's idle time; `None` when the recording has no GPU samples.
 pub fn attribute(a: &Analysis) -> Option<Attribution> {
@@ -218,13 +232,14 @@ fn attribute_gpu(
     waits: &crate::cuda::WaitIndex,
     g: &crate::model::GpuTimeline,
 ) -> GpuAttribution {
-    // The probes go on a moment into the recording; before that, the feeder's time in CUDA
-    // calls is not measured, and a sync spinning on-CPU would pass for host work.
+    // Until the probes see the feeder's first CUDA call, its time in CUDA calls is not
+    // measured (the probes go on a moment into a recording, and a call already in progress
+    // then goes unseen), and a sync spinning on-CPU would pass for host work.
     let probed_since = roles
         .feeders
         .iter()
         .filter_map(|t| a.threads.get(t))
-        .filter_map(|t| a.cuda.probed_since(t.pid))
+        .filter_map(|t| a.cuda.watched_since(t.pid, t.tid))
         .min();
     let launch_rate: f64 = roles
         .feeders
@@ -310,13 +325,68 @@ fn attribute_gpu(
     stalls.sort_by(|x, y| y.idle_ns.cmp(&x.idle_ns).then(x.start_ns.cmp(&y.start_ns)));
     stalls.truncate(MAX_STALLS);
     for stall in &mut stalls {
-        stall.evidence =
-            evidence::gather(a, timed, roles, stall.cause, stall.start_ns, stall.end_ns);
-        stall.evidence.cuda =
-            cuda_evidence::gather(a, roles, g, stall.cause, stall.start_ns, stall.end_ns);
+        let range = [(stall.start_ns, stall.end_ns)];
+        stall.evidence = evidence::gather(a, timed, roles, stall.cause, &range);
+        stall.evidence.cuda = cuda_evidence::gather(a, roles, g, stall.cause, &range);
     }
     out.stalls = stalls;
+    out.causes = cause_evidence(a, timed, roles, g, &out.windows);
     out.seconds = seconds(a.start_ns, &out.windows);
+    out
+}
+
+/// The evidence of every cause with idle time, over the windows it labelled (adjacent ones
+/// joined into one range).
+fn cause_evidence(
+    a: &Analysis,
+    timed: &TimedEvents,
+    roles: &Roles,
+    g: &crate::model::GpuTimeline,
+    windows: &[(u64, u64, u64, Cause)],
+) -> Vec<CauseEvidence> {
+    /// A cause's idle time, windows and the time ranges they cover.
+    #[derive(Default)]
+    struct Windows {
+        idle_ns: u64,
+        count: usize,
+        ranges: Vec<(u64, u64)>,
+    }
+    let mut by_cause: BTreeMap<Cause, Windows> = BTreeMap::new();
+    for &(start, end, idle, cause) in windows {
+        if idle == 0 || end <= start {
+            continue;
+        }
+        let w = by_cause.entry(cause).or_default();
+        w.idle_ns += idle;
+        w.count += 1;
+        match w.ranges.last_mut() {
+            Some(last) if last.1 >= start => last.1 = last.1.max(end),
+            _ => w.ranges.push((start, end)),
+        }
+    }
+    let mut out: Vec<CauseEvidence> = by_cause
+        .into_iter()
+        .map(
+            |(
+                cause,
+                Windows {
+                    idle_ns,
+                    count: windows,
+                    ranges,
+                },
+            )| {
+                let mut evidence = evidence::gather(a, timed, roles, cause, &ranges);
+                evidence.cuda = cuda_evidence::gather(a, roles, g, cause, &ranges);
+                CauseEvidence {
+                    cause,
+                    idle_ns,
+                    windows,
+                    evidence,
+                }
+            },
+        )
+        .collect();
+    out.sort_by(|x, y| y.idle_ns.cmp(&x.idle_ns).then(x.cause.cmp(&y.cause)));
     out
 }
 

@@ -112,18 +112,26 @@ impl CudaView {
             .chain(self.calls.iter().map(|c| c.pid))
     }
 
-    /// Since when `pid`'s CUDA calls were watched: its first probe attach, or its first call
-    /// seen. `None` for a process never probed.
-    pub fn probed_since(&self, pid: u32) -> Option<u64> {
-        let attached = self
+    /// Since when thread `tid` of `pid` is known not to be inside a CUDA call the probes
+    /// missed: the start of its first call seen. A call already in progress when the probes
+    /// attached is never seen (its return probe was never armed), and a sync spins on-CPU, so
+    /// until then the thread's on-CPU time may be a wait (attaching to a job hung in a
+    /// collective). `None` for a process never probed; `u64::MAX` for a probed thread that
+    /// made no call.
+    pub fn watched_since(&self, pid: u32, tid: u32) -> Option<u64> {
+        let probed = self
             .libraries
             .iter()
-            .filter(|l| l.pid == pid && l.attached > 0);
-        let called = self.calls.iter().filter(|c| c.pid == pid);
-        attached
-            .map(|l| l.attached_ns)
-            .chain(called.map(|c| c.start_ns))
-            .min()
+            .any(|l| l.pid == pid && l.attached > 0)
+            || self.calls.iter().any(|c| c.pid == pid);
+        probed.then(|| {
+            self.calls
+                .iter()
+                .filter(|c| c.tid == tid)
+                .map(|c| c.start_ns)
+                .min()
+                .unwrap_or(u64::MAX)
+        })
     }
 }
 
