@@ -6,6 +6,7 @@ pub mod cpu;
 pub mod cuda;
 pub mod demo;
 pub mod io;
+pub mod reruns;
 pub mod sys;
 
 use std::io::Write as _;

@@ -42,7 +42,7 @@ pub struct Cli {
     /// Kernels per step.
     #[arg(long)]
     pub kernels: Option<u32>,
-    /// Batch size in MiB (the host-to-device copy per step) [default: 8; pageable-copy 64,
+    /// Batch size in MiB (the host-to-device copy per step) [default: 2; pageable-copy 64,
     /// pcie-degraded 32, launch-bound 1].
     #[arg(long)]
     pub batch_mb: Option<f64>,
@@ -55,6 +55,15 @@ pub struct Cli {
     /// Wall time per batch each worker spends reading cold sample files (0: none).
     #[arg(long, visible_alias = "disk")]
     pub disk_ms: Option<f64>,
+    /// How much faster this host's CPU is than the presets assume: every CPU time per batch
+    /// and per step (transform, host work) is divided by it. Tests set it through the
+    /// environment to check that their expectations follow the job, not the machine.
+    #[arg(long, env = "STALLGEN_CPU_SPEED", default_value_t = 1.0)]
+    pub cpu_speed: f64,
+    /// How much faster the disk is than the presets assume: each batch's cold reads take
+    /// 1/speed of their time.
+    #[arg(long, env = "STALLGEN_DISK_SPEED", default_value_t = 1.0)]
+    pub disk_speed: f64,
     /// Copy batches into page-locked memory on a pin-memory thread first (always on in
     /// pcie-degraded).
     #[arg(long)]
@@ -169,6 +178,8 @@ impl Cli {
             host_ms: self.host_ms,
             hog_threads: self.hog_threads,
             disk_ms: self.disk_ms,
+            cpu_speed: Some(self.cpu_speed),
+            disk_speed: Some(self.disk_speed),
         }
     }
 
@@ -195,6 +206,12 @@ impl Cli {
         {
             bail!("times in milliseconds must be finite and not negative");
         }
+        if [self.cpu_speed, self.disk_speed]
+            .iter()
+            .any(|s| !(*s > 0.0 && s.is_finite()))
+        {
+            bail!("--cpu-speed and --disk-speed must be positive numbers");
+        }
         Ok(Schedule::new(
             self.scenario,
             &self.phases,
@@ -219,7 +236,7 @@ mod tests {
         let c = parse("");
         assert_eq!(c.scenario, Scenario::Healthy);
         let plan = c.plan().unwrap();
-        assert_eq!((c.workers(4), plan.batch_bytes), (2, 8 << 20));
+        assert_eq!((c.workers(4), plan.batch_bytes), (2, 2 << 20));
         assert_eq!(
             (plan.ranks, plan.slow_rank, plan.pin_memory),
             (None, None, false)
@@ -243,7 +260,7 @@ mod tests {
         let s = c.schedule(3).unwrap();
         let names: Vec<_> = s.phases.iter().map(|p| p.scenario.name()).collect();
         assert_eq!(names, ["healthy", "cpu-contention"]);
-        assert_eq!(s.max_hog_threads(), 6);
+        assert_eq!(s.max_hog_threads(), 9);
     }
 
     #[test]
@@ -289,6 +306,8 @@ mod tests {
             "--phases disk",
             "--scenario phases --phases phases",
             "--kernel-ms nan",
+            "--cpu-speed 0",
+            "--disk-speed=-1",
         ] {
             assert!(parse(args).schedule(2).is_err(), "{args}");
         }

@@ -65,13 +65,14 @@ impl Scenario {
     }
 
     /// Batch size in MiB when `--batch-mb` is not given: the copy scenarios need big batches
-    /// for the copy to dominate, the launch-bound one a small one so that it does not.
+    /// for the copy to dominate; the others a small one, whose pageable copy (about 1 ms of
+    /// staging at the simulated host's 2 GB/s, 2 ms at half that) stays out of the way.
     pub fn batch_mb(self) -> f64 {
         match self {
             Self::PageableCopy => 64.0,
             Self::PcieDegraded => 32.0,
             Self::LaunchBound => 1.0,
-            _ => 8.0,
+            _ => 2.0,
         }
     }
 
@@ -99,7 +100,9 @@ impl Scenario {
     /// directly and `healthy` is the fastest. The causes are sized so that each dominates the
     /// GPU's idle time on 2 CPUs, where the feeder's sync spins (yielding now and then, as the
     /// driver's default schedule does) beside two workers, and on a 16-core host, where each
-    /// worker has a CPU of its own.
+    /// worker has a CPU of its own; and so that each still idles the GPU at least ~40% on a
+    /// host twice as fast (`--cpu-speed 2 --disk-speed 2`, and twice the simulated memcpy
+    /// rate) and keeps healthy under 5% on one twice as slow.
     pub fn knobs(self, cpus: usize, workers: usize) -> Knobs {
         let w = workers.max(1) as f64;
         let base = Knobs {
@@ -112,42 +115,43 @@ impl Scenario {
         };
         match self {
             // ~2 ms of worker CPU per batch (transform and collate) against 100 ms of GPU. The
-            // pageable copy of the 8 MiB batch (a CPU memcpy, then DMA) is the only idle time.
+            // pageable copy of the 2 MiB batch (a CPU memcpy, then DMA) is the only idle time.
             Self::Healthy | Self::Phases => base,
-            // 200 ms of CPU per batch per worker: a batch every ~200 ms for a 100 ms step.
-            // With half the CPUs as workers, the workers and the feeder's spinning sync still
-            // fit the host, so the workers are CPU-bound without queueing for CPUs.
+            // 400 ms of CPU per batch per worker: a batch every ~400 ms for a 100 ms step
+            // (every 200 ms on a host twice as fast). With half the CPUs as workers, the
+            // workers and the feeder's spinning sync still fit the host, so the workers are
+            // CPU-bound without queueing for CPUs.
             Self::DataloaderCpu => Knobs {
-                transform_ms: 200.0 * w,
+                transform_ms: 400.0 * w,
                 ..base
             },
-            // 200 ms of cold reads per batch per worker: a batch every ~200 ms.
+            // 400 ms of cold reads per batch per worker: a batch every ~400 ms.
             Self::Disk => Knobs {
-                disk_ms: 200.0 * w,
+                disk_ms: 400.0 * w,
                 ..base
             },
-            // Without the hog the workers keep up (a batch every ~80 ms for a 100 ms step); two
-            // hog threads per CPU leave each job thread a third of a CPU or less, so a batch
-            // takes ~240 ms or more and the feeder waits for the CPU too.
+            // Without the hog the workers nearly keep up (a batch every ~120 ms for a 100 ms
+            // step); three hog threads per CPU leave each job thread a quarter of a CPU or less,
+            // so a batch takes ~480 ms or more and the feeder waits for the CPU too.
             Self::CpuContention => Knobs {
-                transform_ms: 80.0 * w,
-                hog_threads: 2 * cpus as u32,
+                transform_ms: 120.0 * w,
+                hog_threads: 3 * cpus as u32,
                 ..base
             },
-            // 150 ms of main-thread CPU after each 100 ms step.
+            // 200 ms of main-thread CPU after each 100 ms step.
             Self::HostCompute => Knobs {
-                host_ms: 150.0,
+                host_ms: 200.0,
                 ..base
             },
-            // 40 ms of kernels per step against a 64 MiB pageable batch: the driver's staging
-            // memcpy and the DMA behind it (a few GB/s of memcpy on a small VM) take ~30 ms.
+            // 10 ms of kernels per step against a 64 MiB pageable batch: the driver's staging
+            // memcpy (34 ms at the simulated host's 2 GB/s) and the DMA behind it.
             Self::PageableCopy => Knobs {
-                kernel_ms: 10.0,
+                kernel_ms: 2.5,
                 ..base
             },
-            // 40 ms of kernels per step against 32 MiB over gen1 x4 (0.8 GB/s): ~42 ms.
+            // 20 ms of kernels per step against 32 MiB over gen1 x4 (0.8 GB/s): ~42 ms.
             Self::PcieDegraded => Knobs {
-                kernel_ms: 10.0,
+                kernel_ms: 5.0,
                 ..base
             },
             // The slow rank's behaviour: `disk`'s.
@@ -201,17 +205,26 @@ pub struct Overrides {
     pub host_ms: Option<f64>,
     pub hog_threads: Option<u32>,
     pub disk_ms: Option<f64>,
+    /// How much faster than the presets' host the CPU is: CPU work per batch and per step
+    /// takes 1/speed of its time (a faster CPU does the same work in less). Default 1.
+    pub cpu_speed: Option<f64>,
+    /// How much faster the disk is: each batch's cold reads take 1/speed of their time.
+    pub disk_speed: Option<f64>,
 }
 
 impl Knobs {
+    /// The preset with the overrides applied, then scaled to the host's speeds. Times given
+    /// on the command line are times on the presets' host, so they scale too.
     pub fn with(self, o: &Overrides) -> Self {
+        let cpu = o.cpu_speed.unwrap_or(1.0);
+        let disk = o.disk_speed.unwrap_or(1.0);
         Self {
-            transform_ms: o.transform_ms.unwrap_or(self.transform_ms),
+            transform_ms: o.transform_ms.unwrap_or(self.transform_ms) / cpu,
             kernel_ms: o.kernel_ms.unwrap_or(self.kernel_ms),
             kernels: o.kernels.unwrap_or(self.kernels),
-            host_ms: o.host_ms.unwrap_or(self.host_ms),
+            host_ms: o.host_ms.unwrap_or(self.host_ms) / cpu,
             hog_threads: o.hog_threads.unwrap_or(self.hog_threads),
-            disk_ms: o.disk_ms.unwrap_or(self.disk_ms),
+            disk_ms: o.disk_ms.unwrap_or(self.disk_ms) / disk,
         }
     }
 
@@ -320,8 +333,8 @@ mod tests {
             );
         }
         assert!(Scenario::Disk.knobs(2, 2).disk_ms > 0.0);
-        assert_eq!(Scenario::CpuContention.knobs(2, 2).hog_threads, 4);
-        assert_eq!(Scenario::CpuContention.knobs(16, 2).hog_threads, 32);
+        assert_eq!(Scenario::CpuContention.knobs(2, 2).hog_threads, 6);
+        assert_eq!(Scenario::CpuContention.knobs(16, 2).hog_threads, 48);
         assert!(Scenario::HostCompute.knobs(2, 2).host_ms > 0.0);
         for s in [
             Scenario::Healthy,
@@ -374,7 +387,7 @@ mod tests {
             Scenario::HostCompute,
             Scenario::Phases,
         ] {
-            assert_eq!(s.batch_mb(), 8.0, "{s:?}");
+            assert_eq!(s.batch_mb(), 2.0, "{s:?}");
             assert!(!s.pin_memory() && s.pcie_link().is_none() && s.default_ranks().is_none());
         }
         assert_eq!(
@@ -394,9 +407,27 @@ mod tests {
         let s = Schedule::new(Scenario::Phases, &[], 8.0, 2, 2, &o);
         assert_eq!(s.phases.len(), 4);
         assert!(s.phases.iter().all(|p| p.knobs.kernel_ms == 3.0));
-        assert_eq!(s.phases[1].knobs.transform_ms, 400.0);
+        assert_eq!(s.phases[1].knobs.transform_ms, 800.0);
         assert!(s.uses_disk());
         assert_eq!(s.max_hog_threads(), 0);
+    }
+
+    #[test]
+    fn speeds_scale_the_hosts_work_not_the_gpus() {
+        let o = Overrides {
+            cpu_speed: Some(2.0),
+            disk_speed: Some(0.5),
+            host_ms: Some(30.0),
+            ..Overrides::default()
+        };
+        let d = Scenario::DataloaderCpu.knobs(2, 1);
+        let fast = d.with(&o);
+        assert_eq!(fast.transform_ms, d.transform_ms / 2.0);
+        assert_eq!(fast.host_ms, 15.0, "a given time is the presets' host's");
+        assert_eq!(fast.kernel_ms, d.kernel_ms);
+        let disk = Scenario::Disk.knobs(2, 1);
+        assert_eq!(disk.with(&o).disk_ms, disk.disk_ms * 2.0);
+        assert_eq!(d.with(&Overrides::default()), d);
     }
 
     #[test]
@@ -410,7 +441,7 @@ mod tests {
             &Overrides::default(),
         );
         assert_eq!(s.phases.len(), 1);
-        assert_eq!(s.max_hog_threads(), 8);
+        assert_eq!(s.max_hog_threads(), 12);
         assert!(!s.uses_disk());
         assert_eq!(s.index_at(0), 0);
         assert_eq!(s.index_at(u64::MAX), 0);

@@ -21,6 +21,8 @@ pub struct Summary {
     pub steps: u64,
     /// Kernels the steps launched.
     pub launches: u64,
+    /// Their durations summed: the GPU time the steps asked for.
+    pub kernel_ns: u64,
     pub secs: f64,
     pub wait_ns: u64,
     pub copy_ns: u64,
@@ -112,6 +114,7 @@ pub fn step(
     sum.host_ns += t5 - t4;
     sum.steps += 1;
     sum.launches += u64::from(knobs.kernels);
+    sum.kernel_ns += u64::from(knobs.kernels) * knobs.kernel_ns();
     Ok(())
 }
 
@@ -122,8 +125,22 @@ fn log_metrics(ms: f64) {
     work::burn_cpu_ms(ms);
 }
 
-/// Runs steps from now until the schedule ends, recording each phase in `truth` as it ends.
-/// With a `ring`, rank 0's clock ends the run for every rank (see [`Ring::runs_step`]).
+impl Summary {
+    fn add(&mut self, other: &Summary) {
+        self.steps += other.steps;
+        self.launches += other.launches;
+        self.kernel_ns += other.kernel_ns;
+        self.wait_ns += other.wait_ns;
+        self.copy_ns += other.copy_ns;
+        self.launch_ns += other.launch_ns;
+        self.sync_ns += other.sync_ns;
+        self.host_ns += other.host_ns;
+    }
+}
+
+/// Runs steps from now until the schedule ends, recording each phase in `truth` as it ends,
+/// with what its steps measured. With a `ring`, rank 0's clock ends the run for every rank
+/// (see [`Ring::runs_step`]).
 pub fn train(
     gpu: &Gpu,
     feed: &mut Feed,
@@ -136,11 +153,12 @@ pub fn train(
     shared.set_t0(t0);
     let end = t0 + schedule.total_ns;
     let mut recorded = 0;
-    let mut sum = Summary::default();
+    let mut phases = vec![Summary::default(); schedule.phases.len()];
+    let mut steps = 0;
     loop {
         let now = sys::monotonic_ns();
         let goes_on = match ring {
-            Some(r) => r.runs_step(sum.steps, now >= end),
+            Some(r) => r.runs_step(steps, now >= end),
             None => now < end,
         };
         if !goes_on {
@@ -150,18 +168,30 @@ pub fn train(
         while recorded < phase {
             let (s, e) = schedule.bounds_ns(recorded);
             let scenario = schedule.phases[recorded].scenario;
-            truth.record(recorded, scenario, t0 + s, t0 + e)?;
+            truth.record(recorded, scenario, t0 + s, t0 + e, &phases[recorded])?;
             recorded += 1;
         }
         let knobs = &schedule.phases[phase].knobs;
-        step(gpu, feed, knobs, shared.batch_bytes, ring, &mut sum)?;
+        step(
+            gpu,
+            feed,
+            knobs,
+            shared.batch_bytes,
+            ring,
+            &mut phases[phase],
+        )?;
+        steps += 1;
     }
     let stop = sys::monotonic_ns();
     let last = schedule.phases.len() - 1;
     for i in recorded..=last {
         let (s, e) = schedule.bounds_ns(i);
         let e = if i == last { stop } else { t0 + e };
-        truth.record(i, schedule.phases[i].scenario, t0 + s, e)?;
+        truth.record(i, schedule.phases[i].scenario, t0 + s, e, &phases[i])?;
+    }
+    let mut sum = Summary::default();
+    for p in &phases {
+        sum.add(p);
     }
     sum.secs = (stop - t0) as f64 / 1e9;
     Ok(sum)

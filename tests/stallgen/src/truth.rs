@@ -1,12 +1,15 @@
 //! The ground-truth file: one JSON line per phase (with ranks, per rank and phase), saying
-//! which cause was injected when, on CLOCK_MONOTONIC (the clock of stallscope's recordings).
+//! which cause was injected when, on CLOCK_MONOTONIC (the clock of stallscope's recordings),
+//! and what the job measured of itself in that phase: the GPU time its kernels took and where
+//! the feeder's time went. A test derives its expectations from these, not from constants
+//! that hold only on one machine.
 use std::{
     fs::File,
     io::{self, BufWriter, Write as _},
     path::Path,
 };
 
-use crate::scenario::Scenario;
+use crate::{scenario::Scenario, train::Summary};
 
 /// Which rank a line is about, and the cause it waits for when that is not its phases' own
 /// (a healthy rank beside a slow one waits in the all-reduce).
@@ -17,13 +20,16 @@ pub struct RankTag {
     pub cause: Option<&'static str>,
 }
 
-/// One phase's line: `{"phase", "scenario", "cause", "start_ns", "end_ns"}`, plus `"rank"` and
-/// `"pid"` for a rank.
+/// One phase's line: `{"phase", "scenario", "cause", "start_ns", "end_ns", "steps",
+/// "gpu_busy_ns", "feeder": {"wait_batch_ns", "copy_ns", "launch_ns", "sync_ns", "host_ns"}}`,
+/// plus `"rank"` and `"pid"` for a rank. `gpu_busy_ns` is the kernel time of the phase's steps
+/// (the steps that began in it): what NVML counts as busy.
 pub fn line(
     phase: usize,
     scenario: Scenario,
     start_ns: u64,
     end_ns: u64,
+    measured: &Summary,
     tag: Option<&RankTag>,
 ) -> String {
     let mut v = serde_json::json!({
@@ -32,6 +38,15 @@ pub fn line(
         "cause": tag.and_then(|t| t.cause).unwrap_or(scenario.cause()),
         "start_ns": start_ns,
         "end_ns": end_ns,
+        "steps": measured.steps,
+        "gpu_busy_ns": measured.kernel_ns,
+        "feeder": {
+            "wait_batch_ns": measured.wait_ns,
+            "copy_ns": measured.copy_ns,
+            "launch_ns": measured.launch_ns,
+            "sync_ns": measured.sync_ns,
+            "host_ns": measured.host_ns,
+        },
     });
     if let Some(t) = tag {
         v["rank"] = t.rank.into();
@@ -79,8 +94,16 @@ impl Truth {
         scenario: Scenario,
         start_ns: u64,
         end_ns: u64,
+        measured: &Summary,
     ) -> io::Result<()> {
-        let text = line(phase, scenario, start_ns, end_ns, self.tag.as_ref());
+        let text = line(
+            phase,
+            scenario,
+            start_ns,
+            end_ns,
+            measured,
+            self.tag.as_ref(),
+        );
         match &mut self.out {
             Sink::Nowhere => Ok(()),
             Sink::File(out) => {
@@ -113,14 +136,38 @@ impl Truth {
 mod tests {
     use super::*;
 
+    const NONE: Summary = Summary {
+        steps: 0,
+        launches: 0,
+        kernel_ns: 0,
+        secs: 0.0,
+        wait_ns: 0,
+        copy_ns: 0,
+        launch_ns: 0,
+        sync_ns: 0,
+        host_ns: 0,
+    };
+
     #[test]
     fn line_has_the_agreed_fields() {
+        let measured = Summary {
+            steps: 3,
+            kernel_ns: 300,
+            wait_ns: 1,
+            copy_ns: 2,
+            launch_ns: 3,
+            sync_ns: 4,
+            host_ns: 5,
+            ..NONE
+        };
         let v: serde_json::Value =
-            serde_json::from_str(&line(2, Scenario::HostCompute, 10, 20, None)).unwrap();
+            serde_json::from_str(&line(2, Scenario::HostCompute, 10, 20, &measured, None)).unwrap();
         assert_eq!(
             v,
             serde_json::json!({"phase": 2, "scenario": "host-compute", "cause": "host_compute",
-                               "start_ns": 10, "end_ns": 20})
+                               "start_ns": 10, "end_ns": 20, "steps": 3, "gpu_busy_ns": 300,
+                               "feeder": {"wait_batch_ns": 1, "copy_ns": 2, "launch_ns": 3,
+                                          "sync_ns": 4, "host_ns": 5}})
         );
     }
 
@@ -131,20 +178,28 @@ mod tests {
             pid: 41,
             cause: Some("nccl_wait"),
         };
-        let v: serde_json::Value =
-            serde_json::from_str(&line(0, Scenario::NcclStraggler, 1, 2, Some(&waiting))).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&line(
+            0,
+            Scenario::NcclStraggler,
+            1,
+            2,
+            &NONE,
+            Some(&waiting),
+        ))
+        .unwrap();
         assert_eq!(
-            v,
-            serde_json::json!({"rank": 0, "pid": 41, "phase": 0, "scenario": "nccl-straggler",
-                               "cause": "nccl_wait", "start_ns": 1, "end_ns": 2})
+            (v["rank"].as_u64(), v["pid"].as_u64(), v["cause"].as_str()),
+            (Some(0), Some(41), Some("nccl_wait"))
         );
+        assert_eq!(v["scenario"], "nccl-straggler");
         let slow = RankTag {
             rank: 1,
             pid: 42,
             cause: None,
         };
         let v: serde_json::Value =
-            serde_json::from_str(&line(0, Scenario::NcclStraggler, 1, 2, Some(&slow))).unwrap();
+            serde_json::from_str(&line(0, Scenario::NcclStraggler, 1, 2, &NONE, Some(&slow)))
+                .unwrap();
         assert_eq!(v["cause"], "disk");
     }
 
@@ -152,8 +207,8 @@ mod tests {
     fn writes_one_line_per_phase() {
         let p = std::env::temp_dir().join(format!("stallgen-truth-{}.jsonl", std::process::id()));
         let mut t = Truth::create(Some(&p)).unwrap();
-        t.record(0, Scenario::Healthy, 1, 2).unwrap();
-        t.record(1, Scenario::Disk, 2, 3).unwrap();
+        t.record(0, Scenario::Healthy, 1, 2, &NONE).unwrap();
+        t.record(1, Scenario::Disk, 2, 3, &NONE).unwrap();
         t.forward(r#"{"cause":"pcie"}"#).unwrap();
         let text = std::fs::read_to_string(&p).unwrap();
         std::fs::remove_file(&p).unwrap();

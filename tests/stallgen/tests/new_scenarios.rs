@@ -173,14 +173,47 @@ fn total(r: &Run, key: &str) -> f64 {
         .unwrap_or_else(|| panic!("no {key} in {:?}", r.totals))
 }
 
+/// The GPU's idle share over the run by stallgen's own account (its kernel time against the
+/// phases' length), and its steps.
+fn truth_idle(truth: &[serde_json::Value]) -> (f64, u64) {
+    let field =
+        |t: &serde_json::Value, k: &str| t[k].as_u64().unwrap_or_else(|| panic!("{k}: {t}"));
+    let busy: u64 = truth.iter().map(|t| field(t, "gpu_busy_ns")).sum();
+    let wall: u64 = truth
+        .iter()
+        .map(|t| field(t, "end_ns") - field(t, "start_ns"))
+        .sum();
+    let steps = truth.iter().map(|t| field(t, "steps")).sum();
+    (1.0 - busy as f64 / wall.max(1) as f64, steps)
+}
+
 #[test]
 fn pageable_copy_idles_the_gpu_while_it_stages() {
     let r = run("pageable", &["--scenario", "pageable-copy"]);
-    assert!(r.idle[0] > 0.3, "idle {:.2}", r.idle[0]);
-    // The call itself (the driver's staging memcpy) is a good part of the feeder's time.
-    let copy = feeder_share(&r.stderr, "copy");
-    assert!(copy[0] > 12.0, "copy {copy:?}");
     assert_eq!(r.truth[0]["cause"], "pinned_memory_copy");
+    let (expected, steps) = truth_idle(&r.truth);
+    assert!(
+        expected > 0.3,
+        "the scenario should idle the GPU a good part of the time at this host speed: {:?}",
+        r.truth
+    );
+    // The device idled as much as the job's kernel time says, within a step's jitter.
+    assert!(
+        (r.idle[0] - expected).abs() < 0.1,
+        "the device idled {:.2}, stallgen's truth says {expected:.2}",
+        r.idle[0]
+    );
+    // The call itself is the driver's staging memcpy, at the simulated host's rate however
+    // fast this machine copies: at least 64 MiB / rate per step.
+    let rate = simgpu_state::host::host_rate_from_setting(
+        std::env::var(simgpu_state::HOST_GBPS_ENV).ok().as_deref(),
+    );
+    let staging_ns = simgpu_state::host_copy_ns(64 << 20, rate);
+    let copy_ns = r.truth[0]["feeder"]["copy_ns"].as_u64().unwrap();
+    assert!(
+        copy_ns >= steps * staging_ns * 95 / 100,
+        "{steps} steps spent {copy_ns} ns in the copy call, want at least {staging_ns} ns each"
+    );
     assert_eq!(r.link, PcieLink::MAX);
 }
 
@@ -188,7 +221,13 @@ fn pageable_copy_idles_the_gpu_while_it_stages() {
 fn pcie_degraded_trains_the_link_down_and_copies_crawl() {
     let r = run("pcie", &["--scenario", "pcie-degraded"]);
     assert_eq!(r.link, PcieLink::new(1, 4).unwrap());
-    assert!(r.idle[0] > 0.3, "idle {:.2}", r.idle[0]);
+    let (expected, _) = truth_idle(&r.truth);
+    assert!(expected > 0.3, "truth: {:?}", r.truth);
+    assert!(
+        (r.idle[0] - expected).abs() < 0.1,
+        "the device idled {:.2}, stallgen's truth says {expected:.2}",
+        r.idle[0]
+    );
     // Pinned: the copy call returns at once, the wait is in the sync.
     let copy = feeder_share(&r.stderr, "copy");
     assert!(copy[0] < 5.0, "copy {copy:?}");

@@ -46,9 +46,7 @@ unsafe fn host_to_device(
     } else {
         // SAFETY: the caller's source is readable for `bytes` bytes (API contract).
         let data = unsafe { std::slice::from_raw_parts(src.cast::<u8>(), bytes) };
-        let mut staged = driver.staging().take(bytes);
-        staged[..bytes].copy_from_slice(data);
-        Source::Staged(staged)
+        Source::Staged(driver.staging().stage(data))
     };
     let op = {
         let mut tables = driver.tables();
@@ -111,8 +109,8 @@ unsafe fn device_to_host(
     if let Some(buffer) = staging {
         // SAFETY: the copy engine filled `bytes` bytes of the buffer and has finished (waited
         // above); `dst` is writable for `bytes` bytes (API contract).
-        unsafe { std::ptr::copy_nonoverlapping(buffer.as_ptr(), dst.cast::<u8>(), bytes) };
-        driver.staging().give(buffer);
+        let dst = unsafe { std::slice::from_raw_parts_mut(dst.cast::<u8>(), bytes) };
+        driver.staging().unstage(buffer, dst);
     }
     Ok(())
 }

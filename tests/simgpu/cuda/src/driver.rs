@@ -53,7 +53,9 @@ pub fn init() -> CuResult<&'static Driver> {
         tables: Mutex::new(Tables::default()),
         engines: [const { Engines::new() }; MAX_DEVICES],
         started: Mutex::new([false; MAX_DEVICES]),
-        staging: StagingPool::new(),
+        staging: StagingPool::new(simgpu_state::host::host_rate_from_setting(
+            std::env::var(simgpu_state::HOST_GBPS_ENV).ok().as_deref(),
+        )),
     });
     let driver = DRIVER.get().ok_or(CUDA_ERROR_NO_DEVICE)?;
     // SAFETY: `forget_at_exit` is an extern "C" fn with no arguments that never unwinds.

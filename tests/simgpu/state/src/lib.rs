@@ -11,6 +11,7 @@
 pub mod clock;
 pub mod device;
 mod gpu;
+pub mod host;
 pub mod install;
 pub mod layout;
 mod lock;
@@ -21,6 +22,7 @@ mod shm;
 pub mod window;
 
 pub use gpu::Gpu;
+pub use host::{HOST_GBPS_ENV, host_copy_ns};
 pub use install::{BUILD_HINT, install_dir, target_release_dir};
 pub use layout::MAX_DEVICES;
 pub use layout::{BUCKET_NS, PERIOD_NS};
