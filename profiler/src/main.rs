@@ -13,6 +13,7 @@ mod output;
 mod owner;
 mod privileges;
 mod record;
+mod recording_file;
 mod session;
 mod slots;
 mod symbolize;

@@ -37,10 +37,16 @@ pub fn render_many(recordings: &[PathBuf], out: &OutputArgs) -> anyhow::Result<(
         return render(one, out);
     }
     let mut loaded = Vec::new();
+    let mut drawn = Ok(());
     for r in recordings {
         let (mut analysis, load) = load(r)?;
-        for p in attribute_and_draw(&mut analysis, r, out)? {
-            eprintln!("stallscope: wrote {}", p.display());
+        match attribute_and_draw(&mut analysis, r, out) {
+            Ok(paths) => {
+                for p in paths {
+                    eprintln!("stallscope: wrote {}", p.display());
+                }
+            }
+            Err(e) => drawn = drawn.and(Err(e)),
         }
         loaded.push((r, analysis, load));
     }
@@ -76,7 +82,7 @@ pub fn render_many(recordings: &[PathBuf], out: &OutputArgs) -> anyhow::Result<(
         writeln!(stdout, "{note}")?;
     }
     stdout.flush()?;
-    Ok(())
+    drawn
 }
 
 fn flamegraph_place(recording: &Path, out: &OutputArgs) -> (PathBuf, String) {
@@ -92,9 +98,11 @@ fn flamegraph_place(recording: &Path, out: &OutputArgs) -> (PathBuf, String) {
     (dir, stem)
 }
 
+/// The report on stdout, and the flame graphs. The report comes even when a flame graph cannot
+/// be written (a full disk); the error, naming the file, comes after it.
 pub fn render(recording: &Path, out: &OutputArgs) -> anyhow::Result<()> {
     let (mut analysis, load) = load(recording)?;
-    let written = attribute_and_draw(&mut analysis, recording, out)?;
+    let drawn = attribute_and_draw(&mut analysis, recording, out);
 
     let stdout = std::io::stdout();
     let mut stdout = stdout.lock();
@@ -105,17 +113,17 @@ pub fn render(recording: &Path, out: &OutputArgs) -> anyhow::Result<()> {
         report_text::write_text(&analysis, &load, &mut stdout)?;
     }
     stdout.flush()?;
-    for p in written {
-        eprintln!("stallscope: wrote {}", p.display());
-    }
     // Freeing an hour's model piece by piece takes a tenth of a second; the process is about
     // to exit and the OS takes it back at once.
     std::mem::forget(analysis);
+    for p in drawn? {
+        eprintln!("stallscope: wrote {}", p.display());
+    }
     Ok(())
 }
 
 /// Attributes the GPU idle time and, unless told not to, writes the flame graphs and folded
-/// stacks, returning their paths.
+/// stacks, returning their paths. The attribution is made whether or not they can be written.
 fn attribute_and_draw(
     analysis: &mut Analysis,
     recording: &Path,
@@ -126,7 +134,10 @@ fn attribute_and_draw(
         return Ok(Vec::new());
     }
     let (dir, stem) = flamegraph_place(recording, out);
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    if let Err(e) = std::fs::create_dir_all(&dir) {
+        analysis.attribution = profiler_core::attribution::attribute(analysis);
+        return Err(e).with_context(|| format!("cannot create {}", dir.display()));
+    }
     let timed = std::mem::take(&mut analysis.timed);
     let (attribution, written) = draw_while_attributing(analysis, timed, &dir, &stem);
     analysis.attribution = attribution;
@@ -256,12 +267,16 @@ fn write_graph(dir: &Path, stem: &str, graph: Graph<'_>) -> anyhow::Result<Vec<P
         return Ok(Vec::new());
     }
     let folded_path = dir.join(format!("{stem}.{name}.folded"));
+    let writing = |path: &Path| format!("cannot write {}", path.display());
     let mut w = BufWriter::new(owner::create_private(&folded_path)?);
-    folded::write_folded(&lines, &mut w)?;
-    w.flush()?;
+    folded::write_folded(&lines, &mut w)
+        .and_then(|()| w.flush())
+        .with_context(|| writing(&folded_path))?;
     let svg_path = dir.join(format!("{stem}.{name}.svg"));
     let mut w = BufWriter::new(owner::create_private(&svg_path)?);
-    folded::flamegraph_svg(&lines, &title, unit, &mut w)?;
-    w.flush()?;
+    folded::flamegraph_svg(&lines, &title, unit, &mut w)
+        .map_err(anyhow::Error::from)
+        .and_then(|()| w.flush().map_err(anyhow::Error::from))
+        .with_context(|| writing(&svg_path))?;
     Ok(vec![folded_path, svg_path])
 }

@@ -1,15 +1,15 @@
 //! `stallscope record`: everything between the command line and a finished recording.
-use std::{io::BufWriter, path::PathBuf};
+use std::path::PathBuf;
 
 use aya::maps::RingBuf;
 use profiler_common::{Config, ThreadStats};
-use profiler_core::{
-    format::RecordingWriter,
-    record::{EndReason, Meta, Record},
-};
+use profiler_core::record::{EndReason, Meta, Record};
 
 use crate::{
-    cli::RecordArgs, gpu, launch, loader, offsets, output, owner, privileges, session, target,
+    cli::RecordArgs,
+    gpu, launch, loader, offsets, output, privileges,
+    recording_file::{RecordingFile, WriteFailed},
+    session, target,
 };
 
 fn default_output(args: &RecordArgs, root: u32) -> PathBuf {
@@ -47,15 +47,31 @@ pub fn run(args: RecordArgs) -> anyhow::Result<i32> {
     let roots: Vec<u32> = match &launched {
         Some(l) => vec![l.pid],
         None if args.all_gpu_processes => {
-            let mut pids = gpu::all_gpu_processes(args.nvml_lib.clone())?;
+            let (mut pids, skipped) = privileges::split_traceable(
+                privileges::caller_uid(),
+                &gpu::all_gpu_processes(args.nvml_lib.clone())?,
+            );
+            for (pid, why) in &skipped {
+                eprintln!("stallscope: --all-gpu-processes: skipping PID {pid}: {why}");
+            }
             pids.extend(&args.pids);
             pids.sort_unstable();
             pids.dedup();
+            anyhow::ensure!(
+                !pids.is_empty(),
+                "--all-gpu-processes: every GPU process on this host belongs to another user \
+                 (PIDs {})",
+                skipped
+                    .iter()
+                    .map(|(p, _)| p.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
             pids
         }
         None => args.pids.clone(),
     };
-    let tree = target::process_tree(&roots)?;
+    let tree = target::process_tree(&roots, privileges::caller_uid())?;
     let config = Config {
         offcpu_sample_interval_ns: args.offcpu_interval.as_nanos() as u64,
         // SAFETY: sysconf has no preconditions.
@@ -79,6 +95,15 @@ pub fn run(args: RecordArgs) -> anyhow::Result<i32> {
         ebpf.take_map("EVENTS")
             .ok_or_else(|| anyhow::anyhow!("map EVENTS missing"))?,
     )?;
+    // The CUDA and NCCL libraries the tree maps now are probed before the clock starts, so
+    // that no moment of the recording has a feeder whose CUDA calls go unseen: the probes
+    // record nothing for a thread until it is tracked.
+    let mut probes = crate::uprobes::CudaProbes::new(&mut ebpf, !args.no_cuda_probes);
+    let mut early = Vec::new();
+    for &pid in &tree {
+        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+        early.extend(probes.scan(&mut ebpf, pid, &maps));
+    }
     let start_ns = session::monotonic_ns();
     let seeds = match &launched {
         Some(l) => vec![target::SeedThread {
@@ -106,13 +131,19 @@ pub fn run(args: RecordArgs) -> anyhow::Result<i32> {
     for (signal, reason) in unavailable.iter().skip(layout.missing.len()) {
         eprintln!("stallscope: warning: {signal} unavailable: {reason}");
     }
+    // Before any other thread starts: capability sets are per thread.
+    let kept = privileges::drop_after_attach(!args.no_cuda_probes)?;
+    log::info!("capabilities kept after attach: {kept:?}");
+    probes.start_launch_windows(
+        &mut ebpf,
+        crate::uprobes::LaunchDuty::from_percent(args.launch_duty),
+    );
 
     let path = args
         .output
         .clone()
         .unwrap_or_else(|| default_output(&args, roots[0]));
-    let file = owner::create_private(&path)?;
-    let mut writer = RecordingWriter::new(BufWriter::new(file))?;
+    let mut writer = RecordingFile::create(&path)?;
     writer.write(&Record::Meta(Box::new(Meta {
         target_pids: roots.clone(),
         command: args.command.clone(),
@@ -159,11 +190,12 @@ pub fn run(args: RecordArgs) -> anyhow::Result<i32> {
             comm: target::comm(s.tid).unwrap_or_default(),
         })?;
     }
+    for r in &early {
+        writer.write(r)?;
+    }
     let pids = std::sync::Arc::new(std::sync::Mutex::new(tree));
     let gpu = (!args.no_gpu)
         .then(|| gpu::GpuSampler::start(args.nvml_lib.clone(), pids.clone(), start_ns));
-    let duty = crate::uprobes::LaunchDuty::from_percent(args.launch_duty);
-    let probes = crate::uprobes::CudaProbes::new(&mut ebpf, duty, !args.no_cuda_probes);
     let mut session = session::Session::new(ebpf, slots, decoder, writer, pids, gpu, probes);
     eprintln!(
         "stallscope: tracing {} thread(s) of PID {}{}; writing {}",
@@ -184,13 +216,27 @@ pub fn run(args: RecordArgs) -> anyhow::Result<i32> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let reason = runtime.block_on(session.run(ring, args.tick, args.duration))?;
+    let outcome = runtime.block_on(session.run(ring, args.tick, args.duration));
     let unprobe = session.unprobe.take();
     drop(session);
-    match reason {
-        EndReason::TargetExited => eprintln!("stallscope: the target exited; recording ends"),
-        EndReason::Signal => eprintln!("stallscope: interrupted; recording flushed"),
-        EndReason::Duration => {}
+    // A recording that could not be written to the end (a full disk) is still reported, up
+    // to its last complete record; the exit status says it is incomplete.
+    let mut status = 0;
+    match outcome.map_err(|e| e.downcast::<WriteFailed>()) {
+        Ok(EndReason::TargetExited) => {
+            eprintln!("stallscope: the target exited; recording ends");
+        }
+        Ok(EndReason::Signal) => eprintln!("stallscope: interrupted; recording flushed"),
+        Ok(EndReason::Duration) => {}
+        Err(Ok(failed)) => {
+            eprintln!(
+                "stallscope: error: {:#}; tracing stopped there, and the report covers what \
+                 was written before it",
+                anyhow::Error::new(failed)
+            );
+            status = 1;
+        }
+        Err(Err(other)) => return Err(other),
     }
     // The recording's success is stallscope's exit status; the command's is reported.
     if let Some(l) = launched.take() {
@@ -199,7 +245,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<i32> {
             eprintln!("stallscope: the command exited with status {code}");
         }
     }
-    output::render(&path, &args.out)?;
+    let rendered = output::render(&path, &args.out);
     eprintln!("stallscope: recording saved to {}", path.display());
     if let Some(h) = unprobe {
         if !h.is_finished() {
@@ -207,5 +253,6 @@ pub fn run(args: RecordArgs) -> anyhow::Result<i32> {
         }
         let _ = h.join();
     }
-    Ok(0)
+    rendered?;
+    Ok(status)
 }

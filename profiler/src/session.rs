@@ -3,24 +3,22 @@
 //! signal arrives or every traced thread has exited.
 use std::{
     collections::{BTreeSet, HashMap},
-    fs::File,
-    io::BufWriter,
     sync::{Arc, Mutex},
     time::Duration,
 };
 
 use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
 use profiler_common::{EventCounts, FileKey, FileMisses, ThreadStats, kind, state};
-use profiler_core::{
-    format::RecordingWriter,
-    record::{EndReason, EventLoss, Record, ThreadCounters},
-};
+use profiler_core::record::{EndReason, EventLoss, Record, ThreadCounters};
 use tokio::{
     io::{Interest, unix::AsyncFd},
     signal::unix::{SignalKind, signal},
 };
 
-use crate::{events::Decoder, files::FileNames, gpu::GpuSampler, slots::Slots, target};
+use crate::{
+    events::Decoder, files::FileNames, gpu::GpuSampler, recording_file::RecordingFile,
+    slots::Slots, target,
+};
 
 /// CLOCK_MONOTONIC in ns: the clock of `bpf_ktime_get_ns` and of every record.
 pub fn monotonic_ns() -> u64 {
@@ -30,7 +28,7 @@ pub fn monotonic_ns() -> u64 {
 pub struct Session {
     pub ebpf: aya::Ebpf,
     pub slots: Slots,
-    pub writer: RecordingWriter<BufWriter<File>>,
+    pub writer: RecordingFile,
     pub decoder: Decoder,
     /// Last counters written per live thread.
     last: HashMap<u32, ThreadCounters>,
@@ -75,7 +73,7 @@ impl Session {
         ebpf: aya::Ebpf,
         slots: Slots,
         decoder: Decoder,
-        writer: RecordingWriter<BufWriter<File>>,
+        writer: RecordingFile,
         pids: Arc<Mutex<BTreeSet<u32>>>,
         gpu: Option<GpuSampler>,
         probes: crate::uprobes::CudaProbes,

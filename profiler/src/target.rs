@@ -4,6 +4,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use profiler_common::state;
 
+use crate::privileges;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SeedThread {
     pub tid: u32,
@@ -29,6 +31,8 @@ fn task_run_delay(task: &procfs::process::Task) -> Option<u64> {
 pub enum TargetError {
     #[error("no process with PID {0} (check the PID; `pgrep -f <name>` finds one by name)")]
     NoSuchProcess(u32),
+    #[error("may not trace PID {pid}: {why}")]
+    NotYours { pid: u32, why: String },
     #[error("cannot read /proc: {0}")]
     Proc(String),
 }
@@ -45,11 +49,18 @@ pub fn seed_state(letter: char) -> u32 {
     }
 }
 
-/// The roots and all their descendants, by walking every process's parent in /proc.
-pub fn process_tree(roots: &[u32]) -> Result<BTreeSet<u32>, TargetError> {
+/// The roots and all their descendants, by walking every process's parent in /proc. A root
+/// that `caller` may not trace is refused (see [`privileges::refusal`]); a descendant that it
+/// may not (a setuid program the job ran) is left out, with a warning.
+pub fn process_tree(roots: &[u32], caller: u32) -> Result<BTreeSet<u32>, TargetError> {
     for &pid in roots {
         if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
             return Err(TargetError::NoSuchProcess(pid));
+        }
+        if let Some(why) =
+            privileges::process_uids(pid).and_then(|uids| privileges::refusal(caller, uids))
+        {
+            return Err(TargetError::NotYours { pid, why });
         }
     }
     let mut children: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
@@ -62,7 +73,14 @@ pub fn process_tree(roots: &[u32]) -> Result<BTreeSet<u32>, TargetError> {
                 .push(p.pid as u32);
         }
     }
-    Ok(descendants(roots, &children))
+    let mut tree = descendants(roots, &children);
+    let (_, refused) =
+        privileges::split_traceable(caller, &tree.iter().copied().collect::<Vec<_>>());
+    for (pid, why) in refused {
+        eprintln!("stallscope: warning: not tracing PID {pid}, a descendant: {why}");
+        tree.remove(&pid);
+    }
+    Ok(tree)
 }
 
 /// Pure part of `process_tree`: the closure of `roots` under the parent → children map.
@@ -179,7 +197,7 @@ mod tests {
 
     #[test]
     fn missing_pid_is_a_clear_error() {
-        let err = process_tree(&[u32::MAX - 1]).unwrap_err();
+        let err = process_tree(&[u32::MAX - 1], 0).unwrap_err();
         assert!(err.to_string().contains("no process with PID"));
     }
 }

@@ -55,6 +55,9 @@ pub struct CudaProbes {
     /// Files already probed (or found unprobeable), by (st_dev, st_ino).
     seen: HashSet<(u64, u64)>,
     windows: Option<crate::launch_window::LaunchWindows>,
+    /// Launch entry points found before the windows started (file, offset, API index):
+    /// handed to them when they start. `None` once they have.
+    early_launches: Option<Vec<(PathBuf, u64, u64)>>,
     /// Owned, so that they can be dropped (detached) in parallel at the end.
     links: Vec<UProbeLink>,
     /// By (TID, API index): the counts already reported.
@@ -68,11 +71,28 @@ pub struct CudaProbes {
 }
 
 impl CudaProbes {
-    pub fn new(ebpf: &mut Ebpf, duty: LaunchDuty, available: bool) -> Self {
+    /// The probes, none attached yet; the launch windows start with
+    /// [`Self::start_launch_windows`].
+    pub fn new(ebpf: &mut Ebpf, available: bool) -> Self {
         let launches = ebpf
             .take_map("LAUNCHES")
             .and_then(|m| BpfHashMap::try_from(m).ok());
-        let windows = if available && !duty.on.is_zero() {
+        Self {
+            seen: HashSet::new(),
+            windows: None,
+            early_launches: Some(Vec::new()),
+            links: Vec::new(),
+            last_counts: BTreeMap::new(),
+            launches,
+            counting: false,
+            available,
+        }
+    }
+
+    /// Starts switching the launch probes on and off, on a thread of its own.
+    pub fn start_launch_windows(&mut self, ebpf: &mut Ebpf, duty: LaunchDuty) {
+        let available = self.available;
+        self.windows = if available && !duty.on.is_zero() {
             let fd = program(ebpf, LAUNCH)
                 .and_then(|p| p.fd().and_then(|fd| fd.try_clone().map_err(Into::into)))
                 .map_err(|e| e.to_string())
@@ -91,14 +111,11 @@ impl CudaProbes {
         } else {
             None
         };
-        Self {
-            seen: HashSet::new(),
-            windows,
-            links: Vec::new(),
-            last_counts: BTreeMap::new(),
-            launches,
-            counting: false,
-            available,
+        for (path, offset, api) in self.early_launches.take().unwrap_or_default() {
+            if let Some(w) = &self.windows {
+                w.add(path, offset, api);
+                self.counting = true;
+            }
         }
     }
 
@@ -170,13 +187,17 @@ impl CudaProbes {
                 continue;
             };
             let result = match api.probe {
-                Probe::Counted => match &self.windows {
-                    Some(w) => {
+                Probe::Counted => match (&self.windows, &mut self.early_launches) {
+                    (Some(w), _) => {
                         w.add(in_ns.to_path_buf(), offset, i as u64);
                         self.counting = true;
                         Ok(())
                     }
-                    None => continue,
+                    (None, Some(early)) => {
+                        early.push((in_ns.to_path_buf(), offset, i as u64));
+                        Ok(())
+                    }
+                    (None, None) => continue,
                 },
                 Probe::Timed | Probe::TimedOutPtr => {
                     let flags = if api.probe == Probe::TimedOutPtr {
