@@ -20,8 +20,8 @@ fn load(recording: &Path) -> anyhow::Result<(Analysis, profiler_core::LoadInfo)>
         .with_context(|| format!("cannot read recording {}", recording.display()))?;
     if let Some(t) = &load.truncated {
         eprintln!(
-            "stallscope: warning: {} is cut short at byte {} (was the recorder killed?); \
-             analysed the {} complete records before it",
+            "stallscope: warning: {} is cut short at byte {} (the recorder was killed, or its \
+             disk filled up); analysed the {} complete records before it",
             recording.display(),
             t.offset,
             t.records_loaded

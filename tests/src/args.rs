@@ -7,7 +7,7 @@ pub const USAGE: &str = "usage: stallwork <command> [--key value]...
   cold-read --file P --mb M --secs N   re-read an evicted file with buffered reads
   sleep --secs N                   one thread sleeping in 10 ms naps
   fork-tree --delay-ms D --secs N  after D ms, fork 2 spinning processes and 2 spinning threads
-  churn --delay-ms D --threads N --batch B --burn-ms M --secs S
+  churn --delay-ms D --threads N --batch B --burn-ms M [--pause-ms P] --secs S
                                    after D ms, N threads, B at a time, each burning
                                    M ms, then printing its TID and on-CPU time
   demo --secs N [--cpu C]          CPU worker, IO worker and two contending threads
@@ -45,6 +45,8 @@ pub enum Command {
         threads: usize,
         batch: usize,
         burn: Duration,
+        /// Between batches.
+        pause: Duration,
         secs: Duration,
     },
     Demo {
@@ -150,6 +152,7 @@ pub fn parse(argv: &[String]) -> io::Result<Command> {
             threads: o.need("threads")?,
             batch: o.need("batch")?,
             burn: Duration::from_millis(o.need("burn-ms")?),
+            pause: Duration::from_millis(o.take("pause-ms")?.unwrap_or(0)),
             secs: o.secs()?,
         },
         "demo" => Command::Demo {
@@ -217,6 +220,7 @@ mod tests {
                 threads: 9,
                 batch: 3,
                 burn: Duration::from_millis(2),
+                pause: Duration::ZERO,
                 secs: Duration::from_secs(1)
             }
         );

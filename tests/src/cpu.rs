@@ -139,6 +139,7 @@ pub fn churn(
     threads: usize,
     batch: usize,
     burn: Duration,
+    pause: Duration,
     secs: Duration,
 ) -> io::Result<()> {
     let deadline = Instant::now() + secs;
@@ -166,6 +167,7 @@ pub fn churn(
                     .map_err(|_| io::Error::other("a churned thread panicked"))??,
             );
         }
+        thread::sleep(pause);
     }
     {
         use std::io::Write as _;

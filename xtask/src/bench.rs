@@ -6,6 +6,7 @@ mod peers;
 mod proc;
 mod quiet;
 mod report;
+mod soak;
 mod switch_cost;
 mod tracers;
 
@@ -62,6 +63,9 @@ pub struct BenchArgs {
     /// Use the release binaries as they are instead of building them first.
     #[arg(long)]
     pub no_build: bool,
+    /// How long `soak` traces.
+    #[arg(long, default_value_t = 10.0)]
+    pub minutes: f64,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -71,6 +75,9 @@ pub enum Which {
     Overhead,
     /// Time and peak memory of `stallscope report` on one hour of an 8-worker job.
     Analyze,
+    /// stallscope tracing stallgen's phases and a thread churn for `--minutes`: RSS,
+    /// descriptors, kernel map entries and dropped events at the start and at the end.
+    Soak,
 }
 
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
@@ -81,6 +88,12 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
                 crate::build().context("building stallscope (skip with --no-build)")?;
             }
             analyze::analyze(args.reps.unwrap_or(3))
+        }
+        Which::Soak => {
+            if !args.no_build {
+                crate::build().context("building stallscope (skip with --no-build)")?;
+            }
+            soak::soak(args.minutes)
         }
     }
 }

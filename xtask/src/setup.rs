@@ -79,11 +79,13 @@ fn llvm_prefix(sysroot: &std::path::Path) -> anyhow::Result<PathBuf> {
     Ok(prefix)
 }
 
+/// Whether `tool` is installed: on PATH or in the sbin directories root's tools live in
+/// (not every tool has a `--version` that succeeds: setcap has none).
 fn have(tool: &str) -> bool {
-    Command::new(tool)
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/sbin", "/sbin", "/usr/bin", "/bin"].map(PathBuf::from))
+        .any(|dir| dir.join(tool).is_file())
 }
 
 /// Installs Debian packages whose command is missing. Needs root, as CI and the tests have.

@@ -184,10 +184,16 @@ pub fn train(
     }
     let stop = sys::monotonic_ns();
     let last = schedule.phases.len() - 1;
-    for i in recorded..=last {
+    for (i, (phase, measured)) in schedule
+        .phases
+        .iter()
+        .zip(&phases)
+        .enumerate()
+        .skip(recorded)
+    {
         let (s, e) = schedule.bounds_ns(i);
         let e = if i == last { stop } else { t0 + e };
-        truth.record(i, schedule.phases[i].scenario, t0 + s, e, &phases[i])?;
+        truth.record(i, phase.scenario, t0 + s, e, measured)?;
     }
     let mut sum = Summary::default();
     for p in &phases {
