@@ -507,3 +507,35 @@ fn launch_overhead_evidence_gives_the_launch_rate() {
     let stalls = text.split_once("longest stalls").expect("a stall").1;
     assert!(stalls.contains("kernel launches: about 100000/s"), "{text}");
 }
+
+#[test]
+fn copy_evidence_counts_each_copy_once() {
+    // A recording of stallgen's pageable-copy scenario: each step's copy call stages its
+    // bytes, and the sync after it waits for the same bytes.
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/recordings/v1-stallgen-pageable-copy.rec"
+    );
+    let (a, _) = profiler_core::load_reader(std::fs::File::open(path).unwrap()).unwrap();
+    let attr = profiler_core::attribution::attribute(&a).expect("attributed");
+    let copied: u64 = a
+        .cuda
+        .calls
+        .iter()
+        .filter_map(|c| match c.op {
+            profiler_core::cuda::CudaOp::Copy { bytes, .. } => Some(bytes),
+            _ => None,
+        })
+        .sum();
+    let cause = attr.gpus[0]
+        .causes
+        .iter()
+        .find(|c| c.cause == Cause::PinnedMemoryCopy)
+        .expect("the scenario's cause");
+    let copies = cause.evidence.cuda.as_ref().unwrap().copies.unwrap();
+    assert!(copies.pageable_bytes > copied / 2, "{copies:?} of {copied}");
+    assert!(
+        copies.pageable_bytes <= copied,
+        "{copies:?} of {copied} copied in all"
+    );
+}

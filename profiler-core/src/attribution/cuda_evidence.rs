@@ -111,16 +111,21 @@ pub fn gather(
         }
         let ns = w.end_ns - w.start_ns;
         ev.wait_ns += ns;
+        let call = &a.cuda.calls[w.call];
         if matches!(w.kind, WaitKind::PageableCopy | WaitKind::PinnedCopy) {
             copy_ns += ns;
-            copy_bytes += w.bytes;
-            if w.kind == WaitKind::PinnedCopy {
-                pinned += w.bytes;
-            } else {
-                pageable += w.bytes;
-            }
+            // Each copy's bytes once: a copy call that waited (staging, or a synchronous
+            // copy) counts them; a sync after it waits for the same bytes, so it counts only
+            // the asynchronous pinned copies, whose calls did not wait.
+            let (p, q) = match call.op {
+                CudaOp::Copy { .. } if w.kind == WaitKind::PinnedCopy => (w.bytes, 0),
+                CudaOp::Copy { .. } => (0, w.bytes),
+                _ => (w.pinned_bytes, 0),
+            };
+            pinned += p;
+            pageable += q;
+            copy_bytes += p + q;
         }
-        let call = &a.cuda.calls[w.call];
         let e = calls
             .entry((call.api.clone(), call.caller.clone()))
             .or_insert_with(|| CallEvidence {
