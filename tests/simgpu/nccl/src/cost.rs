@@ -42,14 +42,7 @@ pub fn transfer_ns(moved: u64, bytes_per_s: f64) -> u64 {
 
 /// The link rate from `STALLSCOPE_SIMGPU_NCCL_GBPS`'s value, else the default.
 pub fn rate_from_setting(value: Option<&str>) -> f64 {
-    match value.map(|v| v.trim().parse::<f64>()) {
-        Some(Ok(gbps)) if gbps > 0.0 && gbps.is_finite() => gbps * 1e9,
-        Some(_) => {
-            eprintln!("simgpu: ignoring {RATE_ENV}: not a positive number of GB/s");
-            DEFAULT_BYTES_PER_S
-        }
-        None => DEFAULT_BYTES_PER_S,
-    }
+    simgpu_state::host::gbps_setting(RATE_ENV, value, DEFAULT_BYTES_PER_S)
 }
 
 #[cfg(test)]

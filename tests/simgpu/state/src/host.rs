@@ -12,13 +12,19 @@ pub const DEFAULT_HOST_BYTES_PER_S: f64 = 2e9;
 
 /// The rate from `STALLSCOPE_SIMGPU_HOST_GBPS`'s value, else the default.
 pub fn host_rate_from_setting(value: Option<&str>) -> f64 {
+    gbps_setting(HOST_GBPS_ENV, value, DEFAULT_HOST_BYTES_PER_S)
+}
+
+/// A rate setting in GB/s (`value` of the variable `name`) as bytes per second; `default`
+/// when unset, or, with a warning, when not a positive number.
+pub fn gbps_setting(name: &str, value: Option<&str>, default: f64) -> f64 {
     match value.map(|v| v.trim().parse::<f64>()) {
         Some(Ok(gbps)) if gbps > 0.0 && gbps.is_finite() => gbps * 1e9,
         Some(_) => {
-            eprintln!("simgpu: ignoring {HOST_GBPS_ENV}: not a positive number of GB/s");
-            DEFAULT_HOST_BYTES_PER_S
+            eprintln!("simgpu: ignoring {name}: not a positive number of GB/s");
+            default
         }
-        None => DEFAULT_HOST_BYTES_PER_S,
+        None => default,
     }
 }
 
