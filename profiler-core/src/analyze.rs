@@ -28,6 +28,11 @@ pub struct LoadInfo {
     pub records: u64,
 }
 
+/// The longest GPU utilization period believed. The recorder writes NVML's periods, a fraction
+/// of a second, clamped to 2 s; a longer one is damage, and left as it is, one damaged sample
+/// would make the attribution label every second of years (one entry per second).
+const MAX_GPU_PERIOD_NS: u64 = 60 * 1_000_000_000;
+
 /// Records decoded per batch handed from the decoding thread to the analysis.
 const DECODE_BATCH: usize = 1024;
 /// Batches decoded ahead of the analysis.
@@ -326,7 +331,7 @@ impl Analyzer {
             } => {
                 self.gpus.entry(gpu).or_default().samples.push(GpuSample {
                     ts_ns,
-                    period_ns,
+                    period_ns: period_ns.min(MAX_GPU_PERIOD_NS),
                     util_pct,
                 });
             }
@@ -366,15 +371,18 @@ impl Analyzer {
                 counts,
             } => {
                 self.seen_ts(ts_ns);
-                self.launch_probed_ns += probed_ns;
+                // Saturating: the counts come from a file, which may be damaged.
+                self.launch_probed_ns = self.launch_probed_ns.saturating_add(probed_ns);
                 for c in counts {
-                    *self.launches.entry(c.pid).or_default() += c.launches;
-                    *self
+                    let n = self.launches.entry(c.pid).or_default();
+                    *n = n.saturating_add(c.launches);
+                    let n = self
                         .launches_by_api
                         .entry(c.pid)
                         .or_default()
                         .entry(c.api)
-                        .or_default() += c.launches;
+                        .or_default();
+                    *n = n.saturating_add(c.launches);
                 }
             }
             Record::GpuProcessUtil {

@@ -84,7 +84,8 @@ impl GpuSample {
     /// Time in the period during which no kernel ran.
     pub fn idle_ns(&self) -> u64 {
         let idle_pct = 100u64.saturating_sub(u64::from(self.util_pct.min(100)));
-        self.period_ns * idle_pct / 100
+        // In u128: a damaged period times 100 overflows u64; the result is at most the period.
+        (u128::from(self.period_ns) * u128::from(idle_pct) / 100) as u64
     }
 }
 

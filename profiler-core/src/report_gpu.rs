@@ -188,7 +188,12 @@ fn write_stalls<W: Write>(a: &Analysis, attr: &Attribution, gpu: u32, w: &mut W)
 /// The evidence lines under a stall or a cause.
 fn write_evidence<W: Write>(ev: &Evidence, w: &mut W) -> io::Result<()> {
     for t in ev.threads.iter().take(3) {
-        let total = (t.on_cpu_ns + t.runqueue_ns + t.io_wait_ns + t.blocked_ns).max(1);
+        let total = t
+            .on_cpu_ns
+            .saturating_add(t.runqueue_ns)
+            .saturating_add(t.io_wait_ns)
+            .saturating_add(t.blocked_ns)
+            .max(1);
         writeln!(
             w,
             "      {} {} ({}/{}): on-CPU {}, run-queue {}, IO {}, blocked {}",

@@ -84,7 +84,7 @@ fn write_cuda<W: Write>(a: &Analysis, w: &mut W) -> io::Result<()> {
                 waits.join(", ")
             }
         )?;
-        if p.pinned_copy_bytes + p.pageable_copy_bytes > 0 {
+        if p.pinned_copy_bytes > 0 || p.pageable_copy_bytes > 0 {
             writeln!(
                 w,
                 "    copies: {} MiB from pinned memory, {} MiB from pageable memory",

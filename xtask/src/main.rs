@@ -1,6 +1,8 @@
 //! stallscope's developer commands: set-up, demo, tests and benchmarks.
 mod bench;
+mod fuzz;
 mod setup;
+mod test_run;
 
 use std::{
     path::{Path, PathBuf},
@@ -29,14 +31,32 @@ enum Cmd {
         #[arg(long, default_value = "20s")]
         duration: String,
     },
-    /// Set up, build and run every test, including the root-only eBPF tests.
+    /// Set up, build and run every test, including the root-only eBPF tests. Every test
+    /// binary runs even when one fails; the failures are listed at the end.
     Test {
+        /// Run the simulated host this many times faster than the presets (0.5: twice as
+        /// slow): stallgen's CPU work and cold reads, and the simulated memcpy rate, scale by
+        /// it. The tests' expectations must follow.
+        #[arg(long, default_value_t = 1.0)]
+        sim_speed: f64,
+        /// Minutes of fuzzing after the tests, split between the fuzz targets (0: none).
+        #[arg(long, default_value_t = 2.0)]
+        fuzz_minutes: f64,
         /// Extra arguments for `cargo test` (after --).
         #[arg(last = true)]
         args: Vec<String>,
     },
     /// Benchmarks: `overhead` (tracer cost against peers).
     Bench(bench::BenchArgs),
+    /// Coverage-guided fuzzing (cargo-fuzz, nightly) of the recording decoder and the report.
+    Fuzz {
+        /// Total minutes, split evenly between the targets.
+        #[arg(long, default_value_t = 1.0)]
+        minutes: f64,
+        /// Only this target; both by default.
+        #[arg(long, value_parser = fuzz::TARGETS)]
+        target: Option<String>,
+    },
 }
 
 pub fn root() -> PathBuf {
@@ -158,10 +178,18 @@ fn demo(duration: &str) -> anyhow::Result<()> {
     result
 }
 
-fn test(extra: &[String]) -> anyhow::Result<()> {
+fn test(sim_speed: f64, fuzz_minutes: f64, extra: &[String]) -> anyhow::Result<()> {
+    if !(sim_speed > 0.0 && sim_speed.is_finite()) {
+        bail!("--sim-speed must be a positive number");
+    }
     build()?;
-    // bpftool is the independent oracle for "nothing left attached".
-    setup::ensure_debian(&[("bpftool", "bpftool")])?;
+    // bpftool is the independent oracle for "nothing left attached"; setcap and useradd make
+    // the unprivileged user of the least-privilege test.
+    setup::ensure_debian(&[
+        ("bpftool", "bpftool"),
+        ("setcap", "libcap2-bin"),
+        ("useradd", "passwd"),
+    ])?;
     run(cargo().args(["fmt", "--all", "--", "--check"]))?;
     run(cargo().args([
         "clippy",
@@ -178,13 +206,26 @@ fn test(extra: &[String]) -> anyhow::Result<()> {
     cmd.args([
         "test",
         "--release",
+        "--no-fail-fast",
         "--workspace",
         "--exclude",
         "profiler-ebpf",
     ])
     .env("STALLSCOPE_BIN", release_bin("stallscope"))
     .args(extra);
-    run(&mut cmd)
+    test_run::set_sim_speed(&mut cmd, sim_speed);
+    let tested = test_run::run(&mut cmd, &root().join("target/test-reruns.txt"));
+    // The fuzzers' crash inputs again, built as the fuzzers build them: with overflow checks,
+    // which the release tests above do not have.
+    let replayed = run(cargo().args(["test", "-p", "profiler-core", "--test", "fuzz_regressions"]))
+        .context("replaying the fuzzers' inputs with overflow checks");
+    // The fuzzers run even when a test failed: both results are wanted from one CI run.
+    let fuzzed = if fuzz_minutes > 0.0 {
+        fuzz::run(fuzz_minutes, &fuzz::TARGETS).map(|_| ())
+    } else {
+        Ok(())
+    };
+    tested.and(replayed).and(fuzzed)
 }
 
 fn main() -> anyhow::Result<()> {
@@ -192,7 +233,12 @@ fn main() -> anyhow::Result<()> {
         Cmd::Setup => setup::setup(),
         Cmd::Build => build(),
         Cmd::Demo { duration } => demo(&duration),
-        Cmd::Test { args } => test(&args),
+        Cmd::Test {
+            sim_speed,
+            fuzz_minutes,
+            args,
+        } => test(sim_speed, fuzz_minutes, &args),
         Cmd::Bench(args) => bench::run(args),
+        Cmd::Fuzz { minutes, target } => fuzz::main(minutes, target.as_deref()),
     }
 }

@@ -110,10 +110,11 @@ pub fn gather(
             continue;
         }
         let ns = w.end_ns - w.start_ns;
-        ev.wait_ns += ns;
+        // Saturating: durations and sizes come from a file, which may be damaged.
+        ev.wait_ns = ev.wait_ns.saturating_add(ns);
         let call = &a.cuda.calls[w.call];
         if matches!(w.kind, WaitKind::PageableCopy | WaitKind::PinnedCopy) {
-            copy_ns += ns;
+            copy_ns = copy_ns.saturating_add(ns);
             // Each copy's bytes once: a copy call that waited (staging, or a synchronous
             // copy) counts them; a sync after it waits for the same bytes, so it counts only
             // the asynchronous pinned copies, whose calls did not wait.
@@ -122,9 +123,9 @@ pub fn gather(
                 CudaOp::Copy { .. } => (0, w.bytes),
                 _ => (w.pinned_bytes, 0),
             };
-            pinned += p;
-            pageable += q;
-            copy_bytes += p + q;
+            pinned = pinned.saturating_add(p);
+            pageable = pageable.saturating_add(q);
+            copy_bytes = copy_bytes.saturating_add(p).saturating_add(q);
         }
         let e = calls
             .entry((call.api.clone(), call.caller.clone()))
@@ -134,7 +135,7 @@ pub fn gather(
                 ..CallEvidence::default()
             });
         e.calls += 1;
-        e.total_ns += ns;
+        e.total_ns = e.total_ns.saturating_add(ns);
     }
     let mut calls: Vec<CallEvidence> = calls.into_values().collect();
     calls.sort_by(|x, y| y.total_ns.cmp(&x.total_ns).then(x.api.cmp(&y.api)));
@@ -187,7 +188,7 @@ pub fn gather(
                         ..CollectiveEvidence::default()
                     });
                 e.calls += 1;
-                e.bytes += bytes;
+                e.bytes = e.bytes.saturating_add(bytes);
             }
         }
         ev.collectives = by_op.into_values().collect();

@@ -122,7 +122,9 @@ pub fn gather(
     for &(start, end) in ranges {
         if cause == Cause::Disk {
             for s in timed.io_wait_in(start, end) {
-                *weights.entry(s.stack).or_default() += s.duration_ns;
+                // Saturating: the durations come from a file, which may be damaged.
+                let w = weights.entry(s.stack).or_default();
+                *w = w.saturating_add(s.duration_ns);
             }
         } else {
             for s in timed.cpu_in(start, end) {
@@ -157,9 +159,9 @@ pub fn gather(
     {
         io.requests += 1;
         if b.write {
-            io.write_bytes += b.bytes;
+            io.write_bytes = io.write_bytes.saturating_add(b.bytes);
         } else {
-            io.read_bytes += b.bytes;
+            io.read_bytes = io.read_bytes.saturating_add(b.bytes);
         }
         lat.record(b.latency_ns);
     }
@@ -205,10 +207,11 @@ fn add_thread_time(
                     ..ThreadEvidence::default()
                 }
             });
-            t.on_cpu_ns += part(d.on_cpu_ns);
-            t.runqueue_ns += part(d.runqueue_ns);
-            t.io_wait_ns += part(d.io_wait_ns);
-            t.blocked_ns += part(d.blocked_ns);
+            // Saturating: the deltas come from a file, which may be damaged.
+            t.on_cpu_ns = t.on_cpu_ns.saturating_add(part(d.on_cpu_ns));
+            t.runqueue_ns = t.runqueue_ns.saturating_add(part(d.runqueue_ns));
+            t.io_wait_ns = t.io_wait_ns.saturating_add(part(d.io_wait_ns));
+            t.blocked_ns = t.blocked_ns.saturating_add(part(d.blocked_ns));
         }
     }
 }

@@ -401,7 +401,8 @@ fn seconds(start_ns: u64, windows: &[(u64, u64, u64, Cause)]) -> Vec<SecondLabel
         let mut t = ws;
         while t < we {
             let sec = t.saturating_sub(start_ns) / SEC;
-            let sec_end = start_ns + (sec + 1) * SEC;
+            // Saturating: near the end of the clock this would wrap and the loop never end.
+            let sec_end = start_ns.saturating_add((sec + 1).saturating_mul(SEC));
             let part_end = we.min(sec_end);
             let part = idle as u128 * (part_end - t) as u128 / (we - ws) as u128;
             *by_sec.entry(sec).or_default().entry(cause).or_default() += part as u64;

@@ -100,7 +100,8 @@ pub fn ranks(recordings: &[&Analysis]) -> RankView {
                     .iter()
                     .filter(|w| w.pid == pid && w.kind == WaitKind::Collective)
                     .map(|w| w.end_ns - w.start_ns)
-                    .sum();
+                    // Saturating: the times come from a file, which may be damaged.
+                    .fold(0, u64::saturating_add);
                 (ns, ns as f64 / a.duration_ns.max(1) as f64)
             });
             out.push(RankReport {

@@ -53,7 +53,10 @@ pub fn summarize(v: &CudaView) -> CudaSummary<'_> {
                 ..ApiTotal::default()
             });
         t.calls += 1;
-        t.total_ns += c.end_ns.saturating_sub(c.start_ns);
+        // Saturating: the times come from a file, which may be damaged.
+        t.total_ns = t
+            .total_ns
+            .saturating_add(c.end_ns.saturating_sub(c.start_ns));
         if c.status != 0 {
             t.errors += 1;
         }
@@ -65,12 +68,13 @@ pub fn summarize(v: &CudaView) -> CudaSummary<'_> {
             (WaitKind::Collective, _) => "sync_on_collective",
             (WaitKind::Kernel, _) => "sync_on_kernels",
         };
-        *procs
+        let ns = procs
             .entry(w.pid)
             .or_default()
             .wait_ns
             .entry(what)
-            .or_default() += w.end_ns - w.start_ns;
+            .or_default();
+        *ns = ns.saturating_add(w.end_ns - w.start_ns);
     }
     for (pid, l) in &v.launches {
         procs.entry(*pid).or_default().launches = Some(*l);

@@ -249,10 +249,11 @@ pub fn build(
                         && c.end_ns.saturating_sub(c.start_ns) <= NO_STAGING_NS
                         && bytes >= NO_STAGING_MIN_BYTES);
                 let e = copy_bytes.entry(c.pid).or_default();
+                // Saturating: sizes come from a file, which may be damaged.
                 if is_pinned {
-                    e.0 += bytes;
+                    e.0 = e.0.saturating_add(bytes);
                 } else {
-                    e.1 += bytes;
+                    e.1 = e.1.saturating_add(bytes);
                 }
                 let kind = if is_pinned {
                     WaitKind::PinnedCopy
@@ -346,11 +347,12 @@ pub fn build(
                         call_ns,
                     } = *q
                     {
-                        bytes += b;
+                        let add = |sum: &mut u64, v: u64| *sum = sum.saturating_add(v);
+                        add(&mut bytes, b);
                         if pinned {
-                            pinned_bytes += b;
+                            add(&mut pinned_bytes, b);
                         } else {
-                            staged_ns += call_ns;
+                            add(&mut staged_ns, call_ns);
                         }
                     }
                 }
