@@ -215,11 +215,15 @@ pub struct CudaCall {
     /// The function, as named in `crate::cuda::APIS`.
     pub api: String,
     pub op: crate::cuda::CudaOp,
-    /// `CUresult` / `cudaError_t` / `ncclResult_t`; 0 is success.
+    /// `CUresult` / `cudaError_t` / `ncclResult_t`; 0 is success; [`IN_PROGRESS`] for a call
+    /// that had not returned when the recording ended (it ends there).
     pub status: u64,
     /// The calling function (from the return address at entry), or empty.
     pub caller: String,
 }
+
+/// [`CudaCall::status`] of a call still in progress when the recording ended.
+pub const IN_PROGRESS: u64 = u64::MAX;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LaunchCount {

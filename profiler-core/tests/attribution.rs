@@ -539,3 +539,41 @@ fn copy_evidence_counts_each_copy_once() {
         "{copies:?} of {copied} copied in all"
     );
 }
+
+#[test]
+fn a_sync_still_waiting_when_the_recording_ends_is_a_wait_not_an_error() {
+    // The feeder spins in one sync from 1 s to the end (a hung collective, say): the recorder
+    // writes it as ending with the recording, status IN_PROGRESS.
+    let mut records = host_work(0);
+    records.push(Record::CudaCall(profiler_core::record::CudaCall {
+        tid: FEEDER,
+        pid: FEEDER,
+        start_ns: START + 1000 * MS,
+        end_ns: START + 4000 * MS,
+        api: "cuStreamSynchronize".into(),
+        op: profiler_core::cuda::CudaOp::Sync {
+            scope: profiler_core::cuda::SyncScope::Stream,
+            handle: 0,
+        },
+        status: profiler_core::record::IN_PROGRESS,
+        caller: String::new(),
+    }));
+    let a = analyze(records);
+    let wait = a
+        .cuda
+        .waits
+        .iter()
+        .find(|w| w.start_ns == START + 1000 * MS)
+        .expect("the open sync is a wait");
+    assert_eq!(wait.end_ns, START + 4000 * MS);
+    let summary = profiler_core::cuda::summarize(&a.cuda);
+    let sync = summary.processes[0]
+        .calls
+        .iter()
+        .find(|c| c.api == "cuStreamSynchronize")
+        .unwrap();
+    assert_eq!(sync.errors, 0, "still waiting is not an error");
+    // Its time is the sync's, not the feeder's own work.
+    let g = &a.attribution.as_ref().expect("attributed").gpus[0];
+    assert_idle_s(g, Cause::HostCompute, 0.7);
+}

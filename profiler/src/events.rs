@@ -13,6 +13,19 @@ use crate::{
     target,
 };
 
+/// A probed CUDA call, from a ring-buffer record or an entry still open at the end.
+struct Call {
+    tid: u32,
+    pid: u32,
+    start_ns: u64,
+    end_ns: u64,
+    cookie: u64,
+    args: [u64; profiler_common::CALL_ARGS],
+    out: u64,
+    status: u64,
+    caller: u64,
+}
+
 fn read<T: Copy>(bytes: &[u8]) -> Option<T> {
     (bytes.len() >= size_of::<T>()).then(|| {
         // SAFETY: the length is checked; read_unaligned copes with any alignment, and T is a
@@ -150,18 +163,19 @@ impl Decoder {
                 });
             }),
             kind::CUDA_CALL => read::<CudaCall>(bytes).and_then(|c| {
-                let api = profiler_core::cuda::APIS.get(c.cookie as u32 as usize)?;
-                out.push(Record::CudaCall(record::CudaCall {
+                let call = Call {
                     tid: h.tid,
                     pid: h.pid,
                     start_ns: h.ts_ns,
                     end_ns: c.end_ns,
-                    api: api.name.to_string(),
-                    op: api.decode(&c.args, c.out),
+                    cookie: c.cookie,
+                    args: c.args,
+                    out: c.out,
                     // CUresult and ncclResult_t are 32-bit enums.
                     status: c.ret & 0xffff_ffff,
-                    caller: self.namer.name_return_address(h.pid, c.caller),
-                }));
+                    caller: c.caller,
+                };
+                out.push(self.cuda_call(&call)?);
                 Some(())
             }),
             kind::THREAD_EXIT => read::<ThreadExit>(bytes).map(|e| {
@@ -222,6 +236,43 @@ impl Decoder {
     }
 
     /// Closes off-CPU periods still open when the recording ends.
+    fn cuda_call(&mut self, c: &Call) -> Option<Record> {
+        let api = profiler_core::cuda::APIS.get(c.cookie as u32 as usize)?;
+        Some(Record::CudaCall(record::CudaCall {
+            tid: c.tid,
+            pid: c.pid,
+            start_ns: c.start_ns,
+            end_ns: c.end_ns,
+            api: api.name.to_string(),
+            op: api.decode(&c.args, c.out),
+            status: c.status,
+            caller: self.namer.name_return_address(c.pid, c.caller),
+        }))
+    }
+
+    /// A probed call of `tid` (of `pid`) that had not returned when the recording ended at
+    /// `end_ns`: recorded as ending there, with [`record::IN_PROGRESS`] as its status, so
+    /// that a wait that outlasts the recording (a hung collective) is still a wait.
+    pub fn open_call(
+        &mut self,
+        tid: u32,
+        pid: u32,
+        e: &profiler_common::CallEntry,
+        end_ns: u64,
+    ) -> Option<Record> {
+        self.cuda_call(&Call {
+            tid,
+            pid,
+            start_ns: e.start_ns,
+            end_ns: end_ns.max(e.start_ns),
+            cookie: e.cookie,
+            args: e.args,
+            out: 0,
+            status: record::IN_PROGRESS,
+            caller: e.caller,
+        })
+    }
+
     pub fn finish(&mut self, end_ns: u64, out: &mut Vec<Record>) {
         let tids: Vec<u32> = self.pending.keys().copied().collect();
         for tid in tids {

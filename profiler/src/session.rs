@@ -237,6 +237,7 @@ impl Session {
         // before the final drain: the loss accounting then closes exactly.
         self.tick()?;
         self.probes.silence(&mut self.ebpf);
+        self.open_calls()?;
         if let Some(r) = self.probes.finish() {
             self.writer.write(&r)?;
         }
@@ -276,6 +277,26 @@ impl Session {
         self.losses()?;
         self.writer.write(&Record::End { ts_ns: now, reason })?;
         self.writer.flush()?;
+        Ok(())
+    }
+
+    /// The probed calls still in progress at the last tick (their returns will not come), for
+    /// the threads still alive: each ends with the recording. The probes are silenced first,
+    /// so none can end in between.
+    fn open_calls(&mut self) -> anyhow::Result<()> {
+        let Some(map) = self.ebpf.map("CUDA_INFLIGHT") else {
+            return Ok(());
+        };
+        let open: BpfHashMap<_, u32, profiler_common::CallEntry> = BpfHashMap::try_from(map)?;
+        let entries: Vec<(u32, profiler_common::CallEntry)> = open.iter().flatten().collect();
+        for (tid, entry) in entries {
+            let Some(pid) = self.last.get(&tid).map(|c| c.pid) else {
+                continue;
+            };
+            if let Some(r) = self.decoder.open_call(tid, pid, &entry, self.last_tick_ns) {
+                self.writer.write(&r)?;
+            }
+        }
         Ok(())
     }
 

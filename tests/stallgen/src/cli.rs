@@ -227,8 +227,17 @@ impl Cli {
 mod tests {
     use super::*;
 
+    /// `args` parsed as on a host of the presets' speed, whatever STALLGEN_*_SPEED says (the
+    /// suite may run with them set: `cargo xtask test --sim-speed`).
     fn parse(args: &str) -> Cli {
-        Cli::try_parse_from(std::iter::once("stallgen").chain(args.split_whitespace())).unwrap()
+        let speeds = ["--cpu-speed", "1", "--disk-speed", "1"];
+        let speeds = speeds.iter().filter(|_| !args.contains("-speed"));
+        Cli::try_parse_from(
+            std::iter::once("stallgen")
+                .chain(args.split_whitespace())
+                .chain(speeds.copied()),
+        )
+        .unwrap()
     }
 
     #[test]
