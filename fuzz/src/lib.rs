@@ -15,11 +15,14 @@
 //!   instead of reaching the analysis.
 use std::io::{self, Read};
 
-use profiler_core::attribution::{Cause, attribute_with};
-use profiler_core::folded::{self, cause_lines, cause_stacks, off_cpu_folded, on_cpu_folded};
+use profiler_core::attribution::{Cause, attribute};
 use profiler_core::format::{FRAME_HEADER_LEN, HEADER_LEN};
 use profiler_core::record::Record;
-use profiler_core::{FormatError, RecordReader, Truncation, load_reader, report_json, report_text};
+use profiler_core::report::flamegraph::{
+    self as folded, cause_lines, cause_stacks, off_cpu_folded, on_cpu_folded,
+};
+use profiler_core::report::{json as report_json, text as report_text};
+use profiler_core::{Folded, FormatError, RecordReader, Report, Truncation, load_reader};
 
 /// Everything one reading of a recording gave.
 #[derive(Debug, PartialEq)]
@@ -271,15 +274,14 @@ pub fn report(data: &[u8]) -> Result<Rendered, ReportError> {
 /// is drawn as SVG (which one the input's last byte picks): drawing them all would take most
 /// of each run's time in inferno.
 pub fn report_chain(data: &[u8]) -> Result<Rendered, ReportError> {
-    let (mut analysis, load) = load_reader(data).map_err(ReportError::Load)?;
+    let (Folded { analysis, timed }, load) = load_reader(data).map_err(ReportError::Load)?;
     // As profiler/src/output.rs: the timed samples go to the attribution and the per-cause
     // stacks, and are gone before the reports are written.
-    let timed = std::mem::take(&mut analysis.timed);
     let mut graphs: Vec<(Vec<String>, &'static str, String)> = vec![
         (on_cpu_folded(&analysis), "samples", "On-CPU".to_owned()),
         (off_cpu_folded(&analysis), "us", "Off-CPU".to_owned()),
     ];
-    let attribution = attribute_with(&analysis, &timed);
+    let attribution = attribute(&analysis, &timed);
     for cause in Cause::ALL {
         let stacks = cause_stacks(&timed, attribution.as_ref(), cause);
         if stacks.is_empty() {
@@ -289,7 +291,6 @@ pub fn report_chain(data: &[u8]) -> Result<Rendered, ReportError> {
         graphs.push((lines, unit, format!("GPU idle time: {}", cause.name())));
     }
     drop(timed);
-    analysis.attribution = attribution;
 
     graphs.retain(|(lines, _, _)| !lines.is_empty());
     let mut rendered = Rendered {
@@ -307,9 +308,10 @@ pub fn report_chain(data: &[u8]) -> Result<Rendered, ReportError> {
             .map_err(|e| ReportError::Render(format!("flame graph {title}: {e}")))?;
         rendered.svg_bytes = svg.0;
     }
-    report_text::write_text(&analysis, &load, io::sink())
+    let report = Report::new(&analysis, attribution.as_ref(), &load);
+    report_text::write_text(&report, io::sink())
         .map_err(|e| ReportError::Render(format!("text report: {e}")))?;
-    report_json::write_json(&analysis, &load, io::sink())
+    report_json::write_json(&report, io::sink())
         .map_err(|e| ReportError::Render(format!("JSON report: {e}")))?;
     Ok(rendered)
 }

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::io::Read;
 
+use crate::attribution::Attribution;
 use crate::format::{FormatError, Truncation};
 use crate::fxhash::FxHashMap;
 use crate::model::{
@@ -14,6 +15,7 @@ use crate::model::{
 use crate::percentiles::Percentiles;
 use crate::reader::RecordReader;
 use crate::record::{EndReason, GpuInfo, GpuState, Meta, Record, ThreadCounters};
+use crate::report::Report;
 use crate::samples::SampleAccumulator;
 use crate::timeline::TimelineBuilder;
 
@@ -38,19 +40,50 @@ const DECODE_BATCH: usize = 1024;
 /// Batches decoded ahead of the analysis.
 const BATCHES_AHEAD: usize = 4;
 
-/// Reads a recording as a stream and analyses it, holding only the model in memory.
-pub fn analyze_reader<R: Read + Send>(r: R) -> Result<(Analysis, LoadInfo), FormatError> {
-    let (mut analysis, info) = load_reader(r)?;
-    analysis.attribution = crate::attribution::attribute(&analysis);
-    Ok((analysis, info))
+/// A recording folded: the model the reports read, and the timed samples and IOs that
+/// attribution draws its evidence from (held apart, so that they can be freed once it is done
+/// while the model is still rendered).
+#[derive(Debug, Default)]
+pub struct Folded {
+    pub analysis: Analysis,
+    pub timed: crate::timed::TimedEvents,
 }
 
-/// [`analyze_reader`] short of the attribution, for a caller with other work to do while
-/// [`crate::attribution::attribute`] runs.
+impl Folded {
+    /// Why each GPU idled; `None` without GPU samples.
+    pub fn attribute(&self) -> Option<Attribution> {
+        crate::attribution::attribute(&self.analysis, &self.timed)
+    }
+
+    /// Attributed, with the timed samples freed: all a report needs.
+    pub fn analyzed(self, load: LoadInfo) -> Analyzed {
+        Analyzed {
+            attribution: self.attribute(),
+            analysis: self.analysis,
+            load,
+        }
+    }
+}
+
+/// A recording folded and attributed: what a [`Report`] borrows from.
+#[derive(Debug)]
+pub struct Analyzed {
+    pub analysis: Analysis,
+    pub attribution: Option<Attribution>,
+    pub load: LoadInfo,
+}
+
+impl Analyzed {
+    pub fn report(&self) -> Report<'_> {
+        Report::new(&self.analysis, self.attribution.as_ref(), &self.load)
+    }
+}
+
+/// Reads a recording as a stream and folds it, holding only the model in memory.
 ///
 /// Decoding runs on a thread of its own, a few batches ahead of the analysis: on a long
 /// recording the two take about as long, so a second core halves the wait.
-pub fn load_reader<R: Read + Send>(r: R) -> Result<(Analysis, LoadInfo), FormatError> {
+pub fn load_reader<R: Read + Send>(r: R) -> Result<(Folded, LoadInfo), FormatError> {
     let mut reader = RecordReader::new(r)?;
     let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<Record>>(BATCHES_AHEAD);
     let mut analyzer = Analyzer::new();
@@ -93,11 +126,11 @@ pub fn load_reader<R: Read + Send>(r: R) -> Result<(Analysis, LoadInfo), FormatE
         unknown_records: reader.unknown_records(),
         records: reader.records_read(),
     };
-    Ok((analyzer.finish_unattributed(), info))
+    Ok((analyzer.finish(), info))
 }
 
 /// Analyses records already in memory (or any other iterator of them).
-pub fn analyze<I: IntoIterator<Item = Record>>(records: I) -> Analysis {
+pub fn analyze<I: IntoIterator<Item = Record>>(records: I) -> Folded {
     let mut analyzer = Analyzer::new();
     for record in records {
         analyzer.push(record);
@@ -397,14 +430,7 @@ impl Analyzer {
     }
 
     /// The finished model.
-    pub fn finish(self) -> Analysis {
-        let mut analysis = self.finish_unattributed();
-        analysis.attribution = crate::attribution::attribute(&analysis);
-        analysis
-    }
-
-    /// The finished model, with `attribution` left `None`.
-    pub fn finish_unattributed(mut self) -> Analysis {
+    pub fn finish(mut self) -> Folded {
         for (tid, pid) in self.samples.sampled_threads() {
             self.threads.entry(tid).or_insert_with(|| ThreadAcc {
                 pid,
@@ -442,7 +468,7 @@ impl Analyzer {
         let gpus = finish_gpus(self.gpus);
         let mut timed = self.timed;
         timed.finish();
-        Analysis {
+        let analysis = Analysis {
             meta: self.meta,
             start_ns,
             duration_ns: end_ns - start_ns,
@@ -460,7 +486,6 @@ impl Analyzer {
             unavailable: self.unavailable,
             timeline: self.timeline.finish(start_ns, end_ns),
             gpus,
-            timed,
             cpus: self.cpus,
             cuda_processes: self.cuda_processes,
             cuda: crate::cuda::CudaView {
@@ -473,8 +498,8 @@ impl Analyzer {
                     self.launch_probed_ns,
                 )
             },
-            attribution: None,
-        }
+        };
+        Folded { analysis, timed }
     }
 }
 

@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::attribution::Attribution;
 use crate::record::{EndReason, GpuInfo, GpuState, Meta, ThreadCounters};
 
 /// Everything the reports need from one recording.
@@ -45,16 +44,12 @@ pub struct Analysis {
     pub timeline: Vec<TickSlice>,
     /// GPUs by NVML index, with their utilization samples.
     pub gpus: BTreeMap<u32, GpuTimeline>,
-    /// Samples and IOs with their times: the evidence attribution draws on.
-    pub timed: crate::timed::TimedEvents,
     /// CPUs on the recording host; 0 when the recording does not say.
     pub cpus: u32,
     /// Processes that mapped the CUDA driver library, with its path.
     pub cuda_processes: BTreeMap<u32, String>,
     /// What the CUDA and NCCL probes saw.
     pub cuda: crate::cuda::CudaView,
-    /// Why each GPU idled; `None` without GPU samples.
-    pub attribution: Option<Attribution>,
 }
 
 /// One GPU over the recording.
@@ -66,6 +61,14 @@ pub struct GpuTimeline {
     pub states: Vec<GpuState>,
     /// Mean SM utilization per PID, over the samples NVML gave for it.
     pub process_sm_pct: BTreeMap<u32, f64>,
+}
+
+impl GpuTimeline {
+    /// Mean GPM SM activity over the recording, where the GPU has GPM (Hopper and newer).
+    pub fn mean_sm_active(&self) -> Option<f64> {
+        let v: Vec<u32> = self.states.iter().filter_map(|s| s.sm_active_pct).collect();
+        (!v.is_empty()).then(|| v.iter().map(|&p| f64::from(p)).sum::<f64>() / v.len() as f64)
+    }
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

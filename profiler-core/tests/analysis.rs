@@ -3,11 +3,12 @@ mod common;
 
 use common::{MS, START_NS, counters, fixture};
 use profiler_core::record::{EndReason, Record};
-use profiler_core::{LoadInfo, analyze, report_json};
+use profiler_core::report::json as report_json;
+use profiler_core::{LoadInfo, analyze};
 
 #[test]
 fn threads_processes_and_end() {
-    let a = analyze(fixture());
+    let a = analyze(fixture()).analysis;
     assert_eq!(a.duration_ns, 350 * MS);
     assert!(a.ended);
     assert_eq!(a.end_reason, Some(EndReason::TargetExited));
@@ -42,7 +43,7 @@ fn threads_processes_and_end() {
 
 #[test]
 fn off_cpu_samples_scale_to_measured_time() {
-    let a = analyze(fixture());
+    let a = analyze(fixture()).analysis;
     for tid in [100, 101] {
         let t = &a.threads[&tid];
         let measured = t.counters.io_wait_ns + t.counters.blocked_ns;
@@ -62,7 +63,7 @@ fn off_cpu_samples_scale_to_measured_time() {
 
 #[test]
 fn timeline_deltas_add_up_to_final_counters() {
-    let a = analyze(fixture());
+    let a = analyze(fixture()).analysis;
     let spans: Vec<(u64, u64)> = a
         .timeline
         .iter()
@@ -97,19 +98,20 @@ fn without_meta_or_end_duration_runs_to_the_last_event() {
         .into_iter()
         .filter(|r| !matches!(r, Record::Meta(_) | Record::End { .. }))
         .collect();
-    let a = analyze(records);
+    let done = analyze(records).analyzed(LoadInfo::default());
+    let a = &done.analysis;
     assert!(!a.ended);
     assert_eq!(a.start_ns, START_NS);
     assert_eq!(a.duration_ns, 340 * MS);
     assert!(a.meta.is_none());
-    let json = report_json::to_json_value(&a, &LoadInfo::default());
+    let json = report_json::to_json_value(&done.report());
     assert!(json["target"]["pid"].is_null());
 }
 
 #[test]
 fn json_has_the_required_keys_and_each_thread_partitions_its_lifetime() {
-    let a = analyze(fixture());
-    let json = report_json::to_json_value(&a, &LoadInfo::default());
+    let done = analyze(fixture()).analyzed(LoadInfo::default());
+    let json = report_json::to_json_value(&done.report());
     assert_eq!(json["version"], 1);
     assert_eq!(json["target"]["pid"], 100);
     assert_eq!(json["target"]["pids"], serde_json::json!([100]));

@@ -1,8 +1,10 @@
 //! Attribution end to end on a hand-built recording: a healthy phase, a dataloader-bound phase
 //! and a disk-bound phase, with NVML-like sample periods that straddle the phase changes.
+use profiler_core::LoadInfo;
 use profiler_core::analyze;
 use profiler_core::attribution::Cause;
 use profiler_core::record::{GpuInfo, Meta, Record, ThreadCounters};
+use profiler_core::report::{flamegraph::cause_folded, json::to_json_value, text::write_text};
 
 const MS: u64 = 1_000_000;
 const START: u64 = 5_000 * MS;
@@ -173,7 +175,7 @@ fn recording_of(phases: &[Phase]) -> Vec<Record> {
 
 #[test]
 fn labels_each_phase_with_its_cause() {
-    let a = analyze(recording());
+    let a = analyze(recording()).analyzed(LoadInfo::default());
     let attr = a
         .attribution
         .as_ref()
@@ -238,14 +240,15 @@ fn labels_each_phase_with_its_cause() {
 
 #[test]
 fn per_cause_flamegraphs_hold_only_that_cause_s_stacks() {
-    let a = analyze(recording());
-    let (lines, unit) = profiler_core::folded::cause_folded(&a, Cause::DataloaderCpu);
+    let f = analyze(recording());
+    let attr = f.attribute();
+    let (lines, unit) = cause_folded(&f, attr.as_ref(), Cause::DataloaderCpu);
     assert_eq!(unit, "samples");
     assert!(
         !lines.is_empty() && lines.iter().all(|l| l.contains("decode_jpeg")),
         "{lines:?}"
     );
-    let (disk, unit) = profiler_core::folded::cause_folded(&a, Cause::Disk);
+    let (disk, unit) = cause_folded(&f, attr.as_ref(), Cause::Disk);
     assert_eq!(unit, "us");
     assert!(
         !disk.is_empty() && disk.iter().all(|l| l.contains("[io]")),
@@ -255,8 +258,8 @@ fn per_cause_flamegraphs_hold_only_that_cause_s_stacks() {
 
 #[test]
 fn json_has_the_gpu_contract() {
-    let a = analyze(recording());
-    let v = profiler_core::report_json::to_json_value(&a, &profiler_core::LoadInfo::default());
+    let a = analyze(recording()).analyzed(LoadInfo::default());
+    let v = to_json_value(&a.report());
     let gpu = &v["gpus"][0];
     for key in ["index", "busy_ns", "idle_ns", "idle_by_cause"] {
         assert!(!gpu[key].is_null(), "gpus[0].{key} missing: {gpu}");
@@ -277,7 +280,7 @@ fn no_gpu_samples_means_no_attribution() {
         .into_iter()
         .filter(|r| !matches!(r, Record::GpuUtil { .. }))
         .collect();
-    assert!(analyze(records).attribution.is_none());
+    assert!(analyze(records).attribute().is_none());
 }
 
 /// Four seconds of a feeder busy on its own while the GPU idles 70%: host work, or a sync
@@ -358,21 +361,21 @@ fn before_the_cuda_probes_see_a_call_host_work_is_not_claimed() {
     let mut records = host_work(0);
     records.retain(|r| !matches!(r, Record::CudaCall(_)));
     records.push(first_call(START + 2000 * MS));
-    let a = analyze(records);
+    let a = analyze(records).analyzed(LoadInfo::default());
     let g = &a.attribution.as_ref().expect("attributed").gpus[0];
     assert_idle_s(g, Cause::Unknown, 1.4);
     assert_idle_s(g, Cause::HostCompute, 1.4);
     // A feeder the probes never saw calling anything: in doubt throughout.
     let mut records = host_work(0);
     records.retain(|r| !matches!(r, Record::CudaCall(_)));
-    let a = analyze(records);
+    let a = analyze(records).analyzed(LoadInfo::default());
     let g = &a.attribution.as_ref().expect("attributed").gpus[0];
     assert_idle_s(g, Cause::HostCompute, 0.0);
 }
 
 #[test]
 fn before_the_cuda_probes_attach_host_work_is_not_claimed() {
-    let a = analyze(host_work(2000));
+    let a = analyze(host_work(2000)).analyzed(LoadInfo::default());
     let g = &a.attribution.as_ref().expect("attributed").gpus[0];
     // The first two seconds at 70% idle came before the probes; the rest, with the feeder's
     // CUDA calls watched and none seen, is host work.
@@ -401,7 +404,7 @@ fn before_the_cuda_probes_attach_other_causes_stand() {
         attached: vec!["cuStreamSynchronize".into()],
         missing: Vec::new(),
     });
-    let a = analyze(records);
+    let a = analyze(records).analyzed(LoadInfo::default());
     let g = &a.attribution.as_ref().expect("attributed").gpus[0];
     assert_idle_s(g, Cause::DataloaderCpu, 2.8);
     assert_idle_s(g, Cause::Disk, 1.6);
@@ -419,7 +422,7 @@ const EVEN: [Phase; 1] = [Phase {
 
 #[test]
 fn a_job_idling_a_little_everywhere_gets_evidence_per_cause() {
-    let a = analyze(recording_of(&EVEN));
+    let a = analyze(recording_of(&EVEN)).analyzed(LoadInfo::default());
     let g = &a.attribution.as_ref().expect("attributed").gpus[0];
     assert!(
         g.stalls.is_empty(),
@@ -452,7 +455,7 @@ fn a_job_idling_a_little_everywhere_gets_evidence_per_cause() {
         ev.stacks[0].frames.last().map(String::as_str),
         Some("decode_jpeg")
     );
-    let v = profiler_core::report_json::to_json_value(&a, &profiler_core::LoadInfo::default());
+    let v = to_json_value(&a.report());
     let cause = &v["gpus"][0]["causes"][0];
     assert_eq!(cause["cause"], "dataloader_cpu", "{cause}");
     assert_eq!(
@@ -461,8 +464,7 @@ fn a_job_idling_a_little_everywhere_gets_evidence_per_cause() {
     );
     assert!(v["stalls"].as_array().unwrap().is_empty());
     let mut text = Vec::new();
-    profiler_core::report_text::write_text(&a, &profiler_core::LoadInfo::default(), &mut text)
-        .unwrap();
+    write_text(&a.report(), &mut text).unwrap();
     let text = String::from_utf8(text).unwrap();
     let why = text
         .split_once("why, by cause")
@@ -490,7 +492,7 @@ fn launch_overhead_evidence_gives_the_launch_rate() {
             api: "cuLaunchKernel".into(),
         }],
     });
-    let a = analyze(records);
+    let a = analyze(records).analyzed(LoadInfo::default());
     let g = &a.attribution.as_ref().expect("attributed").gpus[0];
     assert_idle_s(g, Cause::LaunchOverhead, 2.8);
     let stall = &g.stalls[0];
@@ -501,8 +503,7 @@ fn launch_overhead_evidence_gives_the_launch_rate() {
         assert_eq!(cuda.launches_by_api.get("cuLaunchKernel"), Some(&1000));
     }
     let mut text = Vec::new();
-    profiler_core::report_text::write_text(&a, &profiler_core::LoadInfo::default(), &mut text)
-        .unwrap();
+    write_text(&a.report(), &mut text).unwrap();
     let text = String::from_utf8(text).unwrap();
     let stalls = text.split_once("longest stalls").expect("a stall").1;
     assert!(stalls.contains("kernel launches: about 100000/s"), "{text}");
@@ -516,8 +517,9 @@ fn copy_evidence_counts_each_copy_once() {
         env!("CARGO_MANIFEST_DIR"),
         "/tests/recordings/v1-stallgen-pageable-copy.rec"
     );
-    let (a, _) = profiler_core::load_reader(std::fs::File::open(path).unwrap()).unwrap();
-    let attr = profiler_core::attribution::attribute(&a).expect("attributed");
+    let (f, _) = profiler_core::load_reader(std::fs::File::open(path).unwrap()).unwrap();
+    let attr = f.attribute().expect("attributed");
+    let a = &f.analysis;
     let copied: u64 = a
         .cuda
         .calls
@@ -558,15 +560,16 @@ fn a_sync_still_waiting_when_the_recording_ends_is_a_wait_not_an_error() {
         status: profiler_core::record::IN_PROGRESS,
         caller: String::new(),
     }));
-    let a = analyze(records);
+    let a = analyze(records).analyzed(LoadInfo::default());
     let wait = a
+        .analysis
         .cuda
         .waits
         .iter()
         .find(|w| w.start_ns == START + 1000 * MS)
         .expect("the open sync is a wait");
     assert_eq!(wait.end_ns, START + 4000 * MS);
-    let summary = profiler_core::cuda::summarize(&a.cuda);
+    let summary = profiler_core::cuda::summarize(&a.analysis.cuda);
     let sync = summary.processes[0]
         .calls
         .iter()

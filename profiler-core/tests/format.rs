@@ -3,7 +3,7 @@ mod common;
 
 use common::{encode, fixture, frame_offsets};
 use profiler_core::format::{FORMAT_VERSION, HEADER_LEN, MAX_PAYLOAD_BYTES};
-use profiler_core::{FormatError, RecordReader, Truncation, analyze_reader, read_recording};
+use profiler_core::{FormatError, RecordReader, Truncation, load_reader, read_recording};
 
 #[test]
 fn round_trip() {
@@ -112,7 +112,7 @@ fn flipped_byte_in_the_middle_is_corrupt_with_offset() {
         "finished after an error"
     );
     assert!(matches!(
-        analyze_reader(damaged.as_slice()),
+        load_reader(damaged.as_slice()),
         Err(FormatError::Corrupt { .. })
     ));
 }
@@ -192,7 +192,7 @@ fn unknown_record_kinds_are_counted_and_skipped() {
     assert_eq!(rec.records, records);
     assert_eq!(rec.unknown_records, 2);
     assert_eq!(rec.truncated, None);
-    let (_, info) = analyze_reader(mixed.as_slice()).unwrap();
+    let (_, info) = load_reader(mixed.as_slice()).unwrap();
     assert_eq!(info.unknown_records, 2);
     assert_eq!(info.records, records.len() as u64);
 }
@@ -216,11 +216,12 @@ impl XorShift {
 /// Reads, analyses and renders; must never panic whatever the bytes.
 fn exercise(bytes: &[u8]) {
     let _ = read_recording(bytes);
-    if let Ok((analysis, info)) = analyze_reader(bytes) {
-        let _ = profiler_core::report_text::to_text(&analysis, &info);
-        let _ = profiler_core::report_json::to_json_value(&analysis, &info);
-        let _ = profiler_core::folded::on_cpu_folded(&analysis);
-        let _ = profiler_core::folded::off_cpu_folded(&analysis);
+    if let Ok((folded, info)) = load_reader(bytes) {
+        let done = folded.analyzed(info);
+        let _ = profiler_core::report::text::to_text(&done.report());
+        let _ = profiler_core::report::json::to_json_value(&done.report());
+        let _ = profiler_core::report::flamegraph::on_cpu_folded(&done.analysis);
+        let _ = profiler_core::report::flamegraph::off_cpu_folded(&done.analysis);
     }
 }
 

@@ -43,7 +43,7 @@ fn every_kept_recording_still_decodes() {
         assert!(bytes.len() > HEADER_LEN, "{}", path.display());
         let version = u16::from_le_bytes([bytes[8], bytes[9]]);
         assert_eq!(version, named_version(&path), "{}: header", path.display());
-        let (a, load) = profiler_core::load_reader(&bytes[..])
+        let (folded, load) = profiler_core::load_reader(&bytes[..])
             .unwrap_or_else(|e| panic!("{} no longer decodes: {e}", path.display()));
         assert!(
             load.truncated.is_none(),
@@ -52,6 +52,7 @@ fn every_kept_recording_still_decodes() {
             load.truncated
         );
         assert_eq!(load.unknown_records, 0, "{}", path.display());
+        let a = &folded.analysis;
         assert!(!a.threads.is_empty(), "{}: no threads", path.display());
         if version == FORMAT_VERSION {
             // Every record reads back as the same bytes: a field added, dropped or retyped
@@ -67,7 +68,8 @@ fn every_kept_recording_still_decodes() {
         let name = path.file_name().unwrap().to_string_lossy();
         if name.contains("stallgen") {
             // A recording of the simulated GPU: samples, CUDA calls and an attribution.
-            let attr = profiler_core::attribution::attribute(&a)
+            let attr = folded
+                .attribute()
                 .unwrap_or_else(|| panic!("{name}: no attribution"));
             assert!(!attr.gpus.is_empty() && attr.gpus[0].idle_ns > 0, "{name}");
             assert!(!a.cuda.calls.is_empty(), "{name}: no CUDA calls");

@@ -129,8 +129,8 @@ fn valid_seeds_load_and_hold_every_record_kind() {
             "{name}: {rendered:?}"
         );
         if name == "gpu-phases" {
-            let (a, _) = profiler_core::analyze_reader(bytes.as_slice()).expect("loads");
-            let attribution = a.attribution.expect("a GPU recording is attributed");
+            let (folded, _) = profiler_core::load_reader(bytes.as_slice()).expect("loads");
+            let attribution = folded.attribute().expect("a GPU recording is attributed");
             let causes = &attribution.gpus[0].idle_by_cause;
             assert!(causes.len() >= 2, "{name}: {causes:?}");
         }

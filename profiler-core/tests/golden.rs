@@ -3,29 +3,33 @@
 mod common;
 
 use common::{assert_golden, encode, fixture};
-use profiler_core::{analyze_reader, folded, report_json, report_text};
+use profiler_core::report::{flamegraph as folded, json as report_json, text as report_text};
+use profiler_core::{Analyzed, load_reader};
 
-fn loaded() -> (profiler_core::Analysis, profiler_core::LoadInfo) {
-    analyze_reader(encode(&fixture()).as_slice()).unwrap()
+fn analyzed(bytes: &[u8]) -> Analyzed {
+    let (folded, info) = load_reader(bytes).unwrap();
+    folded.analyzed(info)
+}
+
+fn loaded() -> Analyzed {
+    analyzed(&encode(&fixture()))
 }
 
 #[test]
 fn text_report() {
-    let (analysis, info) = loaded();
-    assert_golden("report.txt", &report_text::to_text(&analysis, &info));
+    assert_golden("report.txt", &report_text::to_text(&loaded().report()));
 }
 
 #[test]
 fn json_report() {
-    let (analysis, info) = loaded();
     let mut out = Vec::new();
-    report_json::write_json(&analysis, &info, &mut out).unwrap();
+    report_json::write_json(&loaded().report(), &mut out).unwrap();
     assert_golden("report.json", &String::from_utf8(out).unwrap());
 }
 
 #[test]
 fn folded_stacks() {
-    let (analysis, _) = loaded();
+    let analysis = loaded().analysis;
     assert_golden(
         "on_cpu.folded",
         &(folded::on_cpu_folded(&analysis).join("\n") + "\n"),
@@ -39,17 +43,17 @@ fn folded_stacks() {
 #[test]
 fn text_report_of_a_truncated_file() {
     let file = encode(&fixture());
-    let (analysis, info) = analyze_reader(&file[..file.len() * 2 / 3]).unwrap();
-    assert!(info.truncated.is_some());
+    let done = analyzed(&file[..file.len() * 2 / 3]);
+    assert!(done.load.truncated.is_some());
     assert_golden(
         "report_truncated.txt",
-        &report_text::to_text(&analysis, &info),
+        &report_text::to_text(&done.report()),
     );
 }
 
 #[test]
 fn flamegraphs_render() {
-    let (analysis, _) = loaded();
+    let analysis = loaded().analysis;
     for (svg, title) in [
         (render(|w| folded::on_cpu_svg(&analysis, w)), "On-CPU"),
         (render(|w| folded::off_cpu_svg(&analysis, w)), "Off-CPU"),

@@ -144,12 +144,14 @@ fn ten_million_records_stream_in_bounded_time_and_memory() {
     let rss_before = peak_rss_kib();
     let started = Instant::now();
     let cpu_before = thread_cpu_s();
-    let (analysis, info) = profiler_core::analyze_reader(File::open(&path).unwrap()).unwrap();
+    let (folded, info) = profiler_core::load_reader(File::open(&path).unwrap()).unwrap();
+    let done = folded.analyzed(info);
+    let analysis = &done.analysis;
     let elapsed = started.elapsed();
     let cpu_s = thread_cpu_s()
         .zip(cpu_before)
         .map(|(after, before)| after - before);
-    let text = profiler_core::report_text::to_text(&analysis, &info);
+    let text = profiler_core::report::text::to_text(&done.report());
     let total = started.elapsed();
     let rss_after = peak_rss_kib();
     std::fs::remove_file(&path).unwrap();

@@ -2,6 +2,7 @@
 use std::{path::PathBuf, time::Duration};
 
 use clap::{Args, Parser, Subcommand};
+use profiler_core::Format;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -24,8 +25,16 @@ pub enum Command {
 
 #[derive(Debug, Args)]
 pub struct OutputArgs {
-    /// Print the report as JSON on stdout.
-    #[arg(long)]
+    /// The report's format on stdout.
+    #[arg(
+        long,
+        value_name = "FORMAT",
+        default_value = "text",
+        value_parser = format_parser(),
+    )]
+    pub format: Format,
+    /// The same as --format json.
+    #[arg(long, conflicts_with = "format")]
     pub json: bool,
     /// Where to write flamegraphs and folded stacks (default: next to the recording).
     #[arg(long, value_name = "DIR")]
@@ -100,6 +109,18 @@ pub struct ReportArgs {
     pub out: OutputArgs,
 }
 
+impl OutputArgs {
+    pub fn format(&self) -> Format {
+        if self.json { Format::Json } else { self.format }
+    }
+}
+
+fn format_parser() -> impl clap::builder::TypedValueParser<Value = Format> {
+    use clap::builder::TypedValueParser as _;
+    clap::builder::PossibleValuesParser::new(Format::ALL.map(Format::name))
+        .map(|name| name.parse::<Format>().expect("one of the possible values"))
+}
+
 /// Parses `30s`, `2m`, `500ms`, `1h` or a bare number of seconds.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
@@ -148,7 +169,7 @@ mod tests {
         assert_eq!(r.pids, [42, 43]);
         assert_eq!(r.duration, Some(Duration::from_secs(2)));
         assert_eq!(r.output.as_deref(), Some(std::path::Path::new("x.rec")));
-        assert!(r.out.json);
+        assert_eq!(r.out.format(), Format::Json);
         assert_eq!(r.rate, 99);
     }
 
@@ -175,7 +196,33 @@ mod tests {
             panic!("not report")
         };
         assert_eq!(r.files, [PathBuf::from("a.rec")]);
-        assert!(r.out.json);
+        assert_eq!(r.out.format(), Format::Json);
+    }
+
+    #[test]
+    fn format_by_name_with_json_as_an_alias() {
+        let format = |args: &[&str]| match parse(args).map(|c| c.command) {
+            Ok(Command::Report(r)) => Ok(r.out.format()),
+            Ok(_) => panic!("not report"),
+            Err(e) => Err(e.kind()),
+        };
+        assert_eq!(format(&["report", "a.rec"]), Ok(Format::Text));
+        assert_eq!(
+            format(&["report", "a.rec", "--format", "json"]),
+            Ok(Format::Json)
+        );
+        assert_eq!(
+            format(&["report", "a.rec", "--format", "text"]),
+            Ok(Format::Text)
+        );
+        assert_eq!(
+            format(&["report", "a.rec", "--format", "yaml"]),
+            Err(clap::error::ErrorKind::InvalidValue)
+        );
+        assert_eq!(
+            format(&["report", "a.rec", "--format", "text", "--json"]),
+            Err(clap::error::ErrorKind::ArgumentConflict)
+        );
     }
 
     #[test]

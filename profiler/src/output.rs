@@ -8,15 +8,18 @@ use std::{
 };
 
 use anyhow::Context as _;
-use profiler_core::{Analysis, attribution::Cause, folded, load_reader, report_json, report_text};
+use profiler_core::{
+    Analysis, Folded, JobReport, LoadInfo, Report, attribution::Attribution, attribution::Cause,
+    load_reader, report::flamegraph as folded, timed::TimedEvents,
+};
 
 use crate::{cli::OutputArgs, owner};
 
-/// The recording's analysis, not yet attributed.
-fn load(recording: &Path) -> anyhow::Result<(Analysis, profiler_core::LoadInfo)> {
+/// The recording folded, not yet attributed.
+fn load(recording: &Path) -> anyhow::Result<(Folded, LoadInfo)> {
     let file = File::open(recording)
         .with_context(|| format!("cannot open recording {}", recording.display()))?;
-    let (analysis, load) = load_reader(file)
+    let (folded, load) = load_reader(file)
         .with_context(|| format!("cannot read recording {}", recording.display()))?;
     if let Some(t) = &load.truncated {
         eprintln!(
@@ -27,7 +30,7 @@ fn load(recording: &Path) -> anyhow::Result<(Analysis, profiler_core::LoadInfo)>
             t.records_loaded
         );
     }
-    Ok((analysis, load))
+    Ok((folded, load))
 }
 
 /// Several recordings of one job (one per host): each one's report, then the ranks across
@@ -39,8 +42,9 @@ pub fn render_many(recordings: &[PathBuf], out: &OutputArgs) -> anyhow::Result<(
     let mut loaded = Vec::new();
     let mut drawn = Ok(());
     for r in recordings {
-        let (mut analysis, load) = load(r)?;
-        match attribute_and_draw(&mut analysis, r, out) {
+        let (folded, load) = load(r)?;
+        let (analysis, attribution, paths) = attribute_and_draw(folded, r, out);
+        match paths {
             Ok(paths) => {
                 for p in paths {
                     eprintln!("stallscope: wrote {}", p.display());
@@ -48,39 +52,22 @@ pub fn render_many(recordings: &[PathBuf], out: &OutputArgs) -> anyhow::Result<(
             }
             Err(e) => drawn = drawn.and(Err(e)),
         }
-        loaded.push((r, analysis, load));
+        loaded.push((r, analysis, attribution, load));
     }
-    let analyses: Vec<&profiler_core::Analysis> = loaded.iter().map(|(_, a, _)| a).collect();
-    let ranks = profiler_core::attribution::ranks::ranks(&analyses);
-    let note = profiler_core::merge::clock_note(&analyses);
+    let job = JobReport::new(
+        loaded
+            .iter()
+            .map(|(path, a, attribution, load)| {
+                (
+                    path.display().to_string(),
+                    Report::new(a, attribution.as_ref(), load),
+                )
+            })
+            .collect(),
+    );
     let stdout = std::io::stdout();
     let mut stdout = stdout.lock();
-    if out.json {
-        let doc = serde_json::json!({
-            "version": report_json::JSON_VERSION,
-            "recordings": loaded
-                .iter()
-                .map(|(path, a, l)| {
-                    let mut v = report_json::to_json_value(a, l);
-                    v["file"] = serde_json::json!(path.display().to_string());
-                    v
-                })
-                .collect::<Vec<_>>(),
-            "ranks": ranks,
-            "clock_note": note,
-        });
-        serde_json::to_writer_pretty(&mut stdout, &doc)?;
-        writeln!(stdout)?;
-    } else {
-        for (path, a, l) in &loaded {
-            writeln!(stdout, "=== {} ===", path.display())?;
-            report_text::write_text(a, l, &mut stdout)?;
-            writeln!(stdout)?;
-        }
-        writeln!(stdout, "=== all recordings ===")?;
-        profiler_core::report_text::write_ranks(&ranks, &mut stdout)?;
-        writeln!(stdout, "{note}")?;
-    }
+    out.format().renderer().render_job(&job, &mut stdout)?;
     stdout.flush()?;
     drawn
 }
@@ -101,18 +88,14 @@ fn flamegraph_place(recording: &Path, out: &OutputArgs) -> (PathBuf, String) {
 /// The report on stdout, and the flame graphs. The report comes even when a flame graph cannot
 /// be written (a full disk); the error, naming the file, comes after it.
 pub fn render(recording: &Path, out: &OutputArgs) -> anyhow::Result<()> {
-    let (mut analysis, load) = load(recording)?;
-    let drawn = attribute_and_draw(&mut analysis, recording, out);
-
+    let (folded, load) = load(recording)?;
+    let (analysis, attribution, drawn) = attribute_and_draw(folded, recording, out);
+    let report = Report::new(&analysis, attribution.as_ref(), &load);
     let stdout = std::io::stdout();
     let mut stdout = stdout.lock();
-    if out.json {
-        report_json::write_json(&analysis, &load, &mut stdout)?;
-        writeln!(stdout)?;
-    } else {
-        report_text::write_text(&analysis, &load, &mut stdout)?;
-    }
+    out.format().renderer().render(&report, &mut stdout)?;
     stdout.flush()?;
+    drop(report);
     // Freeing an hour's model piece by piece takes a tenth of a second; the process is about
     // to exit and the OS takes it back at once.
     std::mem::forget(analysis);
@@ -123,25 +106,26 @@ pub fn render(recording: &Path, out: &OutputArgs) -> anyhow::Result<()> {
 }
 
 /// Attributes the GPU idle time and, unless told not to, writes the flame graphs and folded
-/// stacks, returning their paths. The attribution is made whether or not they can be written.
+/// stacks, returning their paths. The attribution is made whether or not they can be written;
+/// the timed samples are gone once it is.
 fn attribute_and_draw(
-    analysis: &mut Analysis,
+    folded: Folded,
     recording: &Path,
     out: &OutputArgs,
-) -> anyhow::Result<Vec<PathBuf>> {
-    if out.no_flamegraphs {
-        analysis.attribution = profiler_core::attribution::attribute(analysis);
-        return Ok(Vec::new());
-    }
+) -> (Analysis, Option<Attribution>, anyhow::Result<Vec<PathBuf>>) {
+    let Folded { analysis, timed } = folded;
     let (dir, stem) = flamegraph_place(recording, out);
-    if let Err(e) = std::fs::create_dir_all(&dir) {
-        analysis.attribution = profiler_core::attribution::attribute(analysis);
-        return Err(e).with_context(|| format!("cannot create {}", dir.display()));
+    if out.no_flamegraphs {
+        let attribution = profiler_core::attribution::attribute(&analysis, &timed);
+        return (analysis, attribution, Ok(Vec::new()));
     }
-    let timed = std::mem::take(&mut analysis.timed);
-    let (attribution, written) = draw_while_attributing(analysis, timed, &dir, &stem);
-    analysis.attribution = attribution;
-    written
+    if let Err(e) = std::fs::create_dir_all(&dir) {
+        let attribution = profiler_core::attribution::attribute(&analysis, &timed);
+        let e = Err(e).with_context(|| format!("cannot create {}", dir.display()));
+        return (analysis, attribution, e);
+    }
+    let (attribution, written) = draw_while_attributing(&analysis, timed, &dir, &stem);
+    (analysis, attribution, written)
 }
 
 /// Flame graphs rendered at once, at most: each holds its folded stacks, tens of megabytes for
@@ -162,13 +146,10 @@ struct Graph<'a> {
 /// thread drew them.
 fn draw_while_attributing(
     analysis: &Analysis,
-    timed: profiler_core::timed::TimedEvents,
+    timed: TimedEvents,
     dir: &Path,
     stem: &str,
-) -> (
-    Option<profiler_core::attribution::Attribution>,
-    anyhow::Result<Vec<PathBuf>>,
-) {
+) -> (Option<Attribution>, anyhow::Result<Vec<PathBuf>>) {
     let a = analysis;
     let (tx, rx) = std::sync::mpsc::channel::<(usize, Graph<'_>)>();
     let rx = std::sync::Mutex::new(rx);
@@ -218,7 +199,7 @@ fn draw_while_attributing(
                 .name("flamegraph".into())
                 .spawn_scoped(scope, draw);
         }
-        let attribution = profiler_core::attribution::attribute_with(a, &timed);
+        let attribution = profiler_core::attribution::attribute(a, &timed);
         let causes: Vec<folded::CauseStacks> = Cause::ALL
             .iter()
             .map(|&cause| folded::cause_stacks(&timed, attribution.as_ref(), cause))

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::evidence::{contains, overlaps};
-use super::{Cause, link::LinkState, roles::Roles};
+use super::{Cause, CudaEvidenceKind, link::LinkState, roles::Roles};
 use crate::cuda::{CudaOp, WaitKind};
 use crate::model::{Analysis, GpuTimeline};
 
@@ -67,13 +67,11 @@ pub struct CollectiveEvidence {
     pub bytes: u64,
 }
 
-fn wanted(cause: Cause, kind: WaitKind) -> bool {
-    match cause {
-        Cause::PinnedMemoryCopy | Cause::Pcie => {
-            matches!(kind, WaitKind::PageableCopy | WaitKind::PinnedCopy)
-        }
-        Cause::NcclWait => kind == WaitKind::Collective,
-        _ => false,
+fn wanted(kind: CudaEvidenceKind, wait: WaitKind) -> bool {
+    match kind {
+        CudaEvidenceKind::Copies => matches!(wait, WaitKind::PageableCopy | WaitKind::PinnedCopy),
+        CudaEvidenceKind::Collectives => wait == WaitKind::Collective,
+        CudaEvidenceKind::Launches | CudaEvidenceKind::None => false,
     }
 }
 
@@ -86,10 +84,8 @@ pub fn gather(
     cause: Cause,
     ranges: &[(u64, u64)],
 ) -> Option<CudaEvidence> {
-    if !matches!(
-        cause,
-        Cause::PinnedMemoryCopy | Cause::Pcie | Cause::NcclWait | Cause::LaunchOverhead
-    ) {
+    let kind = cause.spec().cuda;
+    if kind == CudaEvidenceKind::None {
         return None;
     }
     let end = ranges.last().map_or(0, |r| r.1);
@@ -103,7 +99,7 @@ pub fn gather(
     let (mut copy_ns, mut copy_bytes) = (0u64, 0u64);
     let (mut pinned, mut pageable) = (0u64, 0u64);
     for w in &a.cuda.waits {
-        if !wanted(cause, w.kind) || !gpu_pids.contains(&w.pid) {
+        if !wanted(kind, w.kind) || !gpu_pids.contains(&w.pid) {
             continue;
         }
         if !overlaps(ranges, w.start_ns, w.end_ns) {
@@ -141,7 +137,7 @@ pub fn gather(
     calls.sort_by(|x, y| y.total_ns.cmp(&x.total_ns).then(x.api.cmp(&y.api)));
     calls.truncate(5);
     ev.calls = calls;
-    if matches!(cause, Cause::PinnedMemoryCopy | Cause::Pcie) {
+    if kind == CudaEvidenceKind::Copies {
         let achieved = (copy_ns > 0 && copy_bytes > 0).then(|| copy_bytes as f64 / copy_ns as f64);
         ev.copies = Some(CopyEvidence {
             pinned_bytes: pinned,
@@ -158,7 +154,7 @@ pub fn gather(
             saturated: l.saturated(),
         });
     }
-    if cause == Cause::LaunchOverhead {
+    if kind == CudaEvidenceKind::Launches {
         let mut pids = gpu_pids.clone();
         pids.sort_unstable();
         pids.dedup();
@@ -174,7 +170,7 @@ pub fn gather(
             }
         }
     }
-    if cause == Cause::NcclWait {
+    if kind == CudaEvidenceKind::Collectives {
         let mut by_op: BTreeMap<&'static str, CollectiveEvidence> = BTreeMap::new();
         for c in &a.cuda.calls {
             if !gpu_pids.contains(&c.pid) || !contains(ranges, c.start_ns) {

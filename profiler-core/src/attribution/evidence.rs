@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::{Cause, roles::Role, roles::Roles};
+use super::{Cause, Metric, Speakers, Stacks, roles::Role, roles::Roles};
 use crate::model::Analysis;
 use crate::percentiles::Percentiles;
 
@@ -63,29 +63,20 @@ fn role_name(r: Role) -> &'static str {
 
 /// Whether a thread's samples speak for `cause`.
 pub fn relevant(roles: &Roles, cause: Cause, tid: u32) -> bool {
-    matches!(
-        (cause, roles.role(tid)),
-        (Cause::DataloaderCpu, Role::Worker)
-            | (
-                Cause::HostCompute
-                    | Cause::PinnedMemoryCopy
-                    | Cause::Pcie
-                    | Cause::NcclWait
-                    | Cause::LaunchOverhead,
-                Role::Feeder
-            )
-            | (Cause::Disk | Cause::CpuContention | Cause::Unknown, _)
-    )
+    match cause.spec().speakers {
+        Speakers::Workers => roles.role(tid) == Role::Worker,
+        Speakers::Feeder => roles.role(tid) == Role::Feeder,
+        Speakers::All => true,
+    }
 }
 
 fn metric(cause: Cause, t: &ThreadEvidence) -> u64 {
-    match cause {
-        Cause::DataloaderCpu | Cause::HostCompute | Cause::LaunchOverhead => t.on_cpu_ns,
-        // Threads waiting in CUDA spin and yield.
-        Cause::PinnedMemoryCopy | Cause::Pcie | Cause::NcclWait => t.on_cpu_ns + t.runqueue_ns,
-        Cause::Disk => t.io_wait_ns,
-        Cause::CpuContention => t.runqueue_ns,
-        Cause::Unknown => t.blocked_ns,
+    match cause.spec().metric {
+        Metric::OnCpu => t.on_cpu_ns,
+        Metric::InCuda => t.on_cpu_ns.saturating_add(t.runqueue_ns),
+        Metric::IoWait => t.io_wait_ns,
+        Metric::Runqueue => t.runqueue_ns,
+        Metric::Blocked => t.blocked_ns,
     }
 }
 
@@ -114,13 +105,10 @@ pub fn gather(
     threads.truncate(TOP_THREADS);
 
     let mut weights: crate::fxhash::FxHashMap<u32, u64> = Default::default();
-    let unit = if cause == Cause::Disk {
-        "ns"
-    } else {
-        "samples"
-    };
+    let io_stacks = cause.spec().stacks == Stacks::IoWait;
+    let unit = if io_stacks { "ns" } else { "samples" };
     for &(start, end) in ranges {
-        if cause == Cause::Disk {
+        if io_stacks {
             for s in timed.io_wait_in(start, end) {
                 // Saturating: the durations come from a file, which may be damaged.
                 let w = weights.entry(s.stack).or_default();

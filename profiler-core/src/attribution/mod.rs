@@ -5,6 +5,7 @@
 //! contributes 60% of its period as idle). Each sample period is a window; what the threads
 //! that feed the GPU, and the rest of the traced tree, did during that window (from the
 //! per-tick accounting) selects one cause for it. See README "Causes" for the rules.
+mod causes;
 pub mod cuda_evidence;
 pub mod evidence;
 mod link;
@@ -19,95 +20,13 @@ use serde::Serialize;
 
 use crate::model::Analysis;
 use crate::timed::TimedEvents;
+pub use causes::{
+    CAUSES, Cause, CauseSpec, CudaEvidenceKind, Metric, Scores, Signal, Speakers, Stacks,
+};
 pub use evidence::{Evidence, StackEvidence, ThreadEvidence};
 pub use roles::Roles;
 pub use rules::{Label, label_window};
 pub use window::HostWindow;
-
-/// The causes stallscope names. The names are the strings of the JSON report.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Cause {
-    /// The feeder waits for batches while DataLoader workers are on-CPU.
-    DataloaderCpu,
-    /// The feeder or the workers wait on block IO (page-cache misses).
-    Disk,
-    /// The feeder or the workers are runnable but not running.
-    CpuContention,
-    /// The feeder is on-CPU doing its own work while the GPU idles.
-    HostCompute,
-    /// The feeder stages or waits for host-device copies (CUDA probes).
-    PinnedMemoryCopy,
-    /// Copies are slow because the PCIe link trained down or is saturated (CUDA probes and
-    /// NVML).
-    Pcie,
-    /// The feeder waits in a sync on an NCCL collective: another rank is late (CUDA probes).
-    NcclWait,
-    /// The feeder's own work is launching kernels (and the Python around them) faster than
-    /// tiny kernels can use the GPU (CUDA probes: launch rate).
-    LaunchOverhead,
-    /// Nothing traced explains the idle time; see the stall's `reason`.
-    Unknown,
-}
-
-impl Cause {
-    pub const ALL: [Cause; 9] = [
-        Cause::DataloaderCpu,
-        Cause::Disk,
-        Cause::CpuContention,
-        Cause::HostCompute,
-        Cause::PinnedMemoryCopy,
-        Cause::Pcie,
-        Cause::NcclWait,
-        Cause::LaunchOverhead,
-        Cause::Unknown,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Cause::DataloaderCpu => "dataloader_cpu",
-            Cause::Disk => "disk",
-            Cause::CpuContention => "cpu_contention",
-            Cause::HostCompute => "host_compute",
-            Cause::PinnedMemoryCopy => "pinned_memory_copy",
-            Cause::Pcie => "pcie",
-            Cause::NcclWait => "nccl_wait",
-            Cause::LaunchOverhead => "launch_overhead",
-            Cause::Unknown => "unknown",
-        }
-    }
-
-    /// What a user usually does about it, in the field guides' words.
-    pub fn fix(self) -> &'static str {
-        match self {
-            Cause::DataloaderCpu => {
-                "more DataLoader workers (num_workers), cheaper transforms, or move decoding to the GPU"
-            }
-            Cause::Disk => {
-                "faster storage or a local cache, larger files (shards) instead of many small ones, more prefetch"
-            }
-            Cause::CpuContention => {
-                "find what else runs on these CPUs (other jobs, too many workers); pin or reduce threads"
-            }
-            Cause::HostCompute => {
-                "move per-step host work (logging, metrics, .item() calls) off the training loop"
-            }
-            Cause::PinnedMemoryCopy => {
-                "pin host memory (DataLoader pin_memory=True) and copy with non_blocking=True so copies overlap compute; fewer, larger copies"
-            }
-            Cause::Pcie => {
-                "check the link (nvidia-smi -q -d PCI): reseat the card, use an x16 slot without risers, check BIOS link settings and dmesg for PCIe errors"
-            }
-            Cause::NcclWait => {
-                "fix the slow rank's own cause (see ranks); then NCCL_DEBUG=INFO and nvidia-smi topo -m for the links between GPUs"
-            }
-            Cause::LaunchOverhead => {
-                "fewer, larger kernels: CUDA graphs (torch.compile mode=\"reduce-overhead\"), fused operators, larger batches"
-            }
-            Cause::Unknown => "the feeder waited on something stallscope does not trace",
-        }
-    }
-}
 
 /// One stretch of mostly-idle GPU time with a single cause.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -196,14 +115,9 @@ const MAX_STALLS: usize = 20;
 pub const BEFORE_PROBES: &str = "before the CUDA probes saw the feeder's first call (a call \
                                  in progress when they attached goes unseen)";
 
-/// Labels every GPU's idle time; `None` when the recording has no GPU samples.
-pub fn attribute(a: &Analysis) -> Option<Attribution> {
-    attribute_with(a, &a.timed)
-}
-
-/// [`attribute`], with the timed samples held apart from `a`: a caller can then free them
-/// once it is done with them while others still read `a`.
-pub fn attribute_with(a: &Analysis, timed: &TimedEvents) -> Option<Attribution> {
+/// Labels every GPU's idle time; `None` when the recording has no GPU samples. `timed` is
+/// the recording's (see [`crate::analyze::Folded`]).
+pub fn attribute(a: &Analysis, timed: &TimedEvents) -> Option<Attribution> {
     if a.gpus.values().all(|g| g.samples.is_empty()) {
         return None;
     }

@@ -7,7 +7,7 @@
 //! hosts (whose monotonic clocks are unrelated) combine without clock alignment.
 use serde::Serialize;
 
-use super::Cause;
+use super::{Attribution, Cause};
 use crate::cuda::WaitKind;
 use crate::model::Analysis;
 
@@ -58,8 +58,8 @@ fn host_of(a: &Analysis) -> String {
         .unwrap_or_default()
 }
 
-fn own_cause(a: &Analysis, gpu: Option<u32>) -> Option<Cause> {
-    let att = a.attribution.as_ref()?;
+fn own_cause(att: Option<&Attribution>, gpu: Option<u32>) -> Option<Cause> {
+    let att = att?;
     let g = att.gpus.iter().find(|g| Some(g.gpu) == gpu)?;
     g.idle_by_cause
         .iter()
@@ -69,10 +69,11 @@ fn own_cause(a: &Analysis, gpu: Option<u32>) -> Option<Cause> {
         .map(|(c, _)| *c)
 }
 
-/// The ranks in one or more recordings (one per host, or one for a whole host).
-pub fn ranks(recordings: &[&Analysis]) -> RankView {
+/// The ranks in one or more recordings (one per host, or one for a whole host), each with
+/// its attribution.
+pub fn ranks(recordings: &[(&Analysis, Option<&Attribution>)]) -> RankView {
     let mut out = Vec::new();
-    for a in recordings {
+    for &(a, attribution) in recordings {
         // Every process that issued collectives is a rank, named or not.
         let mut pids: std::collections::BTreeSet<u32> = a.cuda.ranks.keys().copied().collect();
         pids.extend(a.cuda.calls.iter().filter_map(|c| {
@@ -88,7 +89,7 @@ pub fn ranks(recordings: &[&Analysis]) -> RankView {
             // On its GPU: the idle time labelled nccl_wait, over the observed time (a sync on
             // a collective also covers the kernels queued before it, which are not waiting).
             // Without GPU samples: the time in syncs on collectives, over the recording.
-            let on_gpu = a.attribution.as_ref().and_then(|att| {
+            let on_gpu = attribution.and_then(|att| {
                 let g = att.gpus.iter().find(|g| Some(g.gpu) == gpu)?;
                 let ns = g.idle_by_cause.get(&Cause::NcclWait).copied().unwrap_or(0);
                 Some((ns, ns as f64 / g.observed_ns.max(1) as f64))
@@ -112,7 +113,7 @@ pub fn ranks(recordings: &[&Analysis]) -> RankView {
                 gpu,
                 nccl_wait_ns: wait,
                 nccl_wait_share: share,
-                own_cause: own_cause(a, gpu),
+                own_cause: own_cause(attribution, gpu),
             });
         }
     }

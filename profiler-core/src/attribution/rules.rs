@@ -34,27 +34,38 @@
 //! the rest of it by the copy and collective waits in proportion (a sync on a copy also
 //! waits for the kernels queued behind it). The highest score wins; when none covers at least
 //! a third of the idle fraction, the window is `unknown`, with the reason.
-use super::{Cause, window::HostWindow};
+use super::{
+    Cause,
+    causes::Scores,
+    window::{HostWindow, States},
+};
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Label {
     pub cause: Cause,
     pub reason: Option<String>,
-    /// Scores in the order of [`SCORED`].
-    pub scores: [f64; 8],
+    pub scores: Scores,
 }
 
-/// The causes a window can score for, in the order of [`Label::scores`].
-pub const SCORED: [Cause; 8] = [
-    Cause::DataloaderCpu,
-    Cause::Disk,
-    Cause::CpuContention,
-    Cause::HostCompute,
-    Cause::PinnedMemoryCopy,
-    Cause::Pcie,
-    Cause::NcclWait,
-    Cause::LaunchOverhead,
-];
+/// What a window's scores are computed from (see the module's formulas), all as fractions of
+/// the feeder's accounted time.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Shares {
+    pub feeder: States,
+    /// The workers' on-CPU, queued and IO-wait shares of their active time.
+    pub workers_on: f64,
+    pub workers_rq: f64,
+    pub workers_io: f64,
+    /// The feeder's run-queue time not taken as a spinning sync's.
+    pub runqueue_left: f64,
+    /// The feeder's on-CPU time beyond its CUDA calls and the spin that covers the busy part.
+    pub own_work: f64,
+    /// Copy and collective waits beyond the busy part (probes).
+    pub copy: f64,
+    pub collective: f64,
+    pub link_limited: bool,
+    pub launch_bound: bool,
+}
 
 /// Kernel launches a second from the feeder's process past which its own on-CPU work is
 /// launch overhead: at the driver's 3–5 µs a launch, 20k launches take a tenth of a CPU
@@ -134,32 +145,20 @@ pub fn label_window(host: &HostWindow, busy: f64) -> Label {
     };
     let spin_left = (cover - on).max(0.0);
     let c = cuda.unwrap_or_default();
-    let (copy, pcie) = if host.link_limited {
-        (0.0, c.copy)
-    } else {
-        (c.copy, 0.0)
+    let shares = Shares {
+        feeder: f,
+        workers_on: w_on,
+        workers_rq: w_rq,
+        workers_io: w_io,
+        runqueue_left: (rq - spin_left).max(0.0),
+        own_work: (on - cover).max(0.0),
+        copy: c.copy,
+        collective: c.collective,
+        link_limited: host.link_limited,
+        launch_bound: host.launch_bound,
     };
-    let own_work = (on - cover).max(0.0);
-    let (host_compute, launch) = if host.launch_bound {
-        (0.0, own_work)
-    } else {
-        (own_work, 0.0)
-    };
-    let scores = [
-        f.blocked * w_on,
-        f.io_wait + f.blocked * 3.0 * w_io,
-        (rq - spin_left).max(0.0) + f.blocked * 2.0 * w_rq,
-        host_compute,
-        copy,
-        pcie,
-        c.collective,
-        launch,
-    ];
-    let (best, score) =
-        scores.iter().enumerate().fold(
-            (0, f64::MIN),
-            |acc, (i, &s)| if s > acc.1 { (i, s) } else { acc },
-        );
+    let scores = Scores::of(&shares);
+    let (best, score) = scores.best();
     if host.feeder.total() <= 0.0 {
         return Label {
             cause: Cause::Unknown,
@@ -192,7 +191,7 @@ pub fn label_window(host: &HostWindow, busy: f64) -> Label {
         };
     }
     Label {
-        cause: SCORED[best],
+        cause: best,
         reason: None,
         scores,
     }
@@ -200,7 +199,6 @@ pub fn label_window(host: &HostWindow, busy: f64) -> Label {
 
 #[cfg(test)]
 mod tests {
-    use super::super::window::States;
     use super::*;
 
     fn st(on: f64, rq: f64, io: f64, bl: f64) -> States {
@@ -327,7 +325,11 @@ mod tests {
         // The sync waited 90: 70 of it for kernels queued behind a short copy.
         let feeder = st(95.0, 5.0, 0.0, 0.0);
         let l = label_window(&probed(feeder, waits(0.0, 90.0, 0.0, 0.0), false), 0.7);
-        assert!((l.scores[4] - 0.2).abs() < 1e-9, "{:?}", l.scores);
+        assert!(
+            (l.scores.get(Cause::PinnedMemoryCopy) - 0.2).abs() < 1e-9,
+            "{:?}",
+            l.scores
+        );
     }
 
     #[test]
@@ -344,7 +346,11 @@ mod tests {
             ..HostWindow::default()
         };
         let l = label_window(&h, 0.0);
-        assert!((l.scores[4] - 0.1).abs() < 1e-9, "{:?}", l.scores);
+        assert!(
+            (l.scores.get(Cause::PinnedMemoryCopy) - 0.1).abs() < 1e-9,
+            "{:?}",
+            l.scores
+        );
         assert_eq!(l.cause, Cause::DataloaderCpu);
     }
 

@@ -4,7 +4,9 @@
 //! so a short-lived worker and the main thread read on the same scale.
 use std::io::{self, Write};
 
+use super::{JobReport, Render, Report};
 use crate::analyze::LoadInfo;
+use crate::cuda::CudaSummary;
 use crate::model::{Analysis, ProcessSummary, ThreadSummary};
 use crate::record::EndReason;
 use crate::table::{Align, Table};
@@ -15,19 +17,43 @@ const CMDLINE_CHARS: usize = 80;
 /// How many files the page-cache section lists.
 const TOP_FILES: usize = 5;
 
+pub mod gpu;
+
+/// The text format.
+pub struct Text;
+
+impl Render for Text {
+    fn render(&self, report: &Report<'_>, w: &mut dyn Write) -> io::Result<()> {
+        write_text(report, w)
+    }
+
+    /// Each recording's report under its file name, then the ranks across all of them.
+    fn render_job(&self, job: &JobReport<'_>, mut w: &mut dyn Write) -> io::Result<()> {
+        for (file, report) in &job.recordings {
+            writeln!(w, "=== {file} ===")?;
+            write_text(report, &mut *w)?;
+            writeln!(w)?;
+        }
+        writeln!(w, "=== all recordings ===")?;
+        write_ranks(&job.ranks, &mut w)?;
+        writeln!(w, "{}", job.clock_note)
+    }
+}
+
 /// Writes the text report.
-pub fn write_text<W: Write>(analysis: &Analysis, load: &LoadInfo, mut w: W) -> io::Result<()> {
-    write_header(analysis, load, &mut w)?;
-    crate::report_gpu::write_text(analysis, &mut w)?;
-    let ranks = crate::attribution::ranks::ranks(&[analysis]);
+pub fn write_text<W: Write>(report: &Report<'_>, mut w: W) -> io::Result<()> {
+    let analysis = report.analysis;
+    write_header(analysis, report.load, &mut w)?;
+    gpu::write_text(report, &mut w)?;
+    let ranks = &report.ranks;
     // With ranks, the job's answer is the straggler: say it next to the verdict.
     if let Some(s) = &ranks.straggler {
         writeln!(w, "straggler: {}", s.text)?;
     }
-    write_cuda(analysis, &mut w)?;
+    write_cuda(&report.cuda, &mut w)?;
     if !ranks.ranks.is_empty() {
         writeln!(w)?;
-        write_ranks(&ranks, &mut w)?;
+        write_ranks(ranks, &mut w)?;
     }
     for process in analysis.processes.values() {
         writeln!(w)?;
@@ -36,8 +62,7 @@ pub fn write_text<W: Write>(analysis: &Analysis, load: &LoadInfo, mut w: W) -> i
     write_top_files(analysis, &mut w)
 }
 
-fn write_cuda<W: Write>(a: &Analysis, w: &mut W) -> io::Result<()> {
-    let summary = crate::cuda::summarize(&a.cuda);
+fn write_cuda<W: Write>(summary: &CudaSummary<'_>, w: &mut W) -> io::Result<()> {
     if summary.libraries.is_empty() && summary.processes.is_empty() {
         return Ok(());
     }
@@ -152,10 +177,10 @@ pub fn write_ranks<W: Write>(
 }
 
 /// The text report as a string.
-pub fn to_text(analysis: &Analysis, load: &LoadInfo) -> String {
+pub fn to_text(report: &Report<'_>) -> String {
     let mut out = Vec::new();
     // Writing into a Vec cannot fail.
-    let _ = write_text(analysis, load, &mut out);
+    let _ = write_text(report, &mut out);
     String::from_utf8_lossy(&out).into_owned()
 }
 

@@ -7,7 +7,10 @@ use std::io::{self, Write};
 
 use inferno::flamegraph;
 
-use crate::attribution::{Attribution, Cause, evidence::relevant};
+mod prune;
+
+use crate::analyze::Folded;
+use crate::attribution::{Attribution, Cause, Stacks, evidence::relevant};
 use crate::model::Analysis;
 use crate::timed::TimedEvents;
 
@@ -81,7 +84,7 @@ fn render_svg<W: Write>(
     options.hash = true;
     options.deterministic = true;
     let drawable = prune
-        .then(|| crate::flame_prune::drawable(lines, options.min_width))
+        .then(|| prune::drawable(lines, options.min_width))
         .flatten();
     let lines = drawable.as_deref().unwrap_or(lines);
     // inferno checks the order of the lines it is told are sorted, after trimming them.
@@ -216,8 +219,15 @@ fn sanitize(frame: &str) -> std::borrow::Cow<'_, str> {
 /// (workers for `dataloader_cpu`, the feeder for `host_compute`, every thread otherwise), taken
 /// inside the windows labelled with it. `disk` uses off-CPU IO stacks weighted in
 /// microseconds; the others on-CPU samples. The second value is the count's unit.
-pub fn cause_folded(a: &Analysis, cause: Cause) -> (Vec<String>, &'static str) {
-    cause_lines(a, &cause_stacks(&a.timed, a.attribution.as_ref(), cause))
+pub fn cause_folded(
+    folded: &Folded,
+    attribution: Option<&Attribution>,
+    cause: Cause,
+) -> (Vec<String>, &'static str) {
+    cause_lines(
+        &folded.analysis,
+        &cause_stacks(&folded.timed, attribution, cause),
+    )
 }
 
 /// One cause's samples summed per thread and stack, before any text is built: all a cause's
@@ -239,8 +249,7 @@ impl CauseStacks {
     }
 }
 
-/// `timed` and `attribution` are those of the analysis, held apart from it (see
-/// [`crate::attribution::attribute_with`]).
+/// `timed` is the recording's (see [`Folded`]), `attribution` its attribution.
 pub fn cause_stacks(
     timed: &TimedEvents,
     attribution: Option<&Attribution>,
@@ -281,7 +290,7 @@ pub fn cause_stacks(
             .add(stack, value, &mut budget);
     };
     for (start, end) in merged {
-        if cause == Cause::Disk {
+        if cause.spec().stacks == Stacks::IoWait {
             for s in timed.io_wait_in(start, end) {
                 add(s.tid, s.stack, s.duration_ns);
             }
@@ -302,7 +311,7 @@ pub fn cause_stacks(
 
 /// Folded lines of one cause's stacks, and the count's unit.
 pub fn cause_lines(a: &Analysis, stacks: &CauseStacks) -> (Vec<String>, &'static str) {
-    let disk = stacks.cause == Cause::Disk;
+    let disk = stacks.cause.spec().stacks == Stacks::IoWait;
     let pid_of = |tid: u32| a.threads.get(&tid).map_or(0, |t| t.pid);
     let mut paths = Paths::new(a);
     let state = disk.then_some("[io]");
@@ -352,7 +361,7 @@ mod tests {
             lines.push((format!("p (1);t ({});{}", i % 3, frames.join(";")), count));
         }
         let lines = into_lines(lines);
-        let pruned = crate::flame_prune::drawable(&lines, flamegraph::Options::default().min_width);
+        let pruned = prune::drawable(&lines, flamegraph::Options::default().min_width);
         let pruned = pruned.map_or(0, |p| p.len());
         assert!(
             pruned > 0 && pruned * 2 < lines.len(),

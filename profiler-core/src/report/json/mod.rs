@@ -3,31 +3,74 @@
 //! Field names are a contract with scripts and tests: add fields freely, rename none. Lists are
 //! sorted (threads by pid then tid) so output is byte-for-byte deterministic.
 use std::collections::BTreeMap;
-use std::io::Write;
+use std::io::{self, Write};
 
 use serde::Serialize;
 
-use crate::analyze::LoadInfo;
-use crate::model::{Analysis, EventCounts};
-use crate::report_text::end_reason_name;
+use super::{JobReport, Render, Report};
+use crate::attribution::ranks::RankView;
+use crate::model::EventCounts;
+use crate::report::text::end_reason_name;
 
 /// The report format version, bumped only for incompatible changes.
 pub const JSON_VERSION: u32 = 1;
 
+pub mod gpu;
+
+/// The JSON format.
+pub struct Json;
+
+impl Render for Json {
+    fn render(&self, report: &Report<'_>, w: &mut dyn Write) -> io::Result<()> {
+        write_json(report, w).map_err(io::Error::from)
+    }
+
+    fn render_job(&self, job: &JobReport<'_>, mut w: &mut dyn Write) -> io::Result<()> {
+        let doc = JsonJob {
+            version: JSON_VERSION,
+            recordings: job
+                .recordings
+                .iter()
+                .map(|(file, report)| JsonRecording {
+                    file,
+                    report: JsonReport::new(report),
+                })
+                .collect(),
+            ranks: &job.ranks,
+            clock_note: &job.clock_note,
+        };
+        serde_json::to_writer_pretty(&mut w, &doc)?;
+        w.write_all(b"\n")
+    }
+}
+
 /// Writes the report as pretty-printed JSON followed by a newline.
-pub fn write_json<W: Write>(
-    analysis: &Analysis,
-    load: &LoadInfo,
-    mut w: W,
-) -> Result<(), serde_json::Error> {
-    serde_json::to_writer_pretty(&mut w, &JsonReport::new(analysis, load))?;
+pub fn write_json<W: Write>(report: &Report<'_>, mut w: W) -> Result<(), serde_json::Error> {
+    serde_json::to_writer_pretty(&mut w, &JsonReport::new(report))?;
     w.write_all(b"\n").map_err(serde_json::Error::io)
 }
 
 /// The report as a JSON value.
-pub fn to_json_value(analysis: &Analysis, load: &LoadInfo) -> serde_json::Value {
+pub fn to_json_value(report: &Report<'_>) -> serde_json::Value {
     // Serializing plain structs with string keys into a Value cannot fail.
-    serde_json::to_value(JsonReport::new(analysis, load)).unwrap_or(serde_json::Value::Null)
+    serde_json::to_value(JsonReport::new(report)).unwrap_or(serde_json::Value::Null)
+}
+
+/// Several recordings of one job.
+#[derive(Debug, Serialize)]
+pub struct JsonJob<'a> {
+    pub version: u32,
+    pub recordings: Vec<JsonRecording<'a>>,
+    /// The ranks across every recording, and the straggler.
+    pub ranks: &'a RankView,
+    pub clock_note: &'a str,
+}
+
+#[derive(Debug, Serialize)]
+pub struct JsonRecording<'a> {
+    pub file: &'a str,
+    #[serde(flatten)]
+    pub report: JsonReport<'a>,
 }
 
 /// The whole document; build with [`JsonReport::new`] and serialize with any serde backend.
@@ -55,13 +98,13 @@ pub struct JsonReport<'a> {
     pub truncated: Option<JsonTruncation>,
     pub unknown_records: u64,
     pub records: u64,
-    pub gpus: Vec<crate::report_gpu::JsonGpu<'a>>,
+    pub gpus: Vec<gpu::JsonGpu<'a>>,
     /// PID -> the CUDA driver library it mapped, from /proc/PID/maps.
     pub cuda_processes: &'a BTreeMap<u32, String>,
     /// What the CUDA and NCCL uprobes saw, per process.
-    pub cuda: crate::cuda::CudaSummary<'a>,
+    pub cuda: &'a crate::cuda::CudaSummary<'a>,
     /// NCCL ranks in the recording and the straggler, if any.
-    pub ranks: crate::attribution::ranks::RankView,
+    pub ranks: &'a RankView,
     /// Start and end are CLOCK_MONOTONIC ns, like `start_ns`.
     pub stalls: Vec<&'a crate::attribution::Stall>,
     pub verdict: Option<&'a crate::attribution::Verdict>,
@@ -136,7 +179,8 @@ pub struct JsonTruncation {
 }
 
 impl<'a> JsonReport<'a> {
-    pub fn new(a: &'a Analysis, load: &LoadInfo) -> Self {
+    pub fn new(report: &'a Report<'a>) -> Self {
+        let (a, load) = (report.analysis, report.load);
         let meta = a.meta.as_ref();
         let mut threads: Vec<JsonThread<'a>> = a
             .threads
@@ -224,12 +268,12 @@ impl<'a> JsonReport<'a> {
             }),
             unknown_records: load.unknown_records,
             records: load.records,
-            gpus: crate::report_gpu::json_gpus(a),
+            gpus: gpu::json_gpus(a, report.attribution),
             cuda_processes: &a.cuda_processes,
-            cuda: crate::cuda::summarize(&a.cuda),
-            ranks: crate::attribution::ranks::ranks(&[a]),
-            stalls: crate::report_gpu::json_stalls(a),
-            verdict: crate::report_gpu::json_verdict(a),
+            cuda: &report.cuda,
+            ranks: &report.ranks,
+            stalls: gpu::json_stalls(report.attribution),
+            verdict: gpu::json_verdict(report.attribution),
         }
     }
 }

@@ -1,94 +1,16 @@
-//! The GPU part of the reports: busy and idle time per GPU, idle time by cause, the longest
-//! stalls with their evidence, and the verdict.
-use std::collections::BTreeMap;
+//! The GPU part of the text report: busy and idle time per GPU, idle time by cause, each
+//! cause's evidence, the longest stalls with theirs, and the verdict.
 use std::io::{self, Write};
 
-use serde::Serialize;
-
-use crate::attribution::{
-    Attribution, Cause, CauseEvidence, Evidence, SecondLabel, Stall, Verdict,
-};
-use crate::model::Analysis;
+use crate::attribution::{Attribution, Cause, CauseEvidence, Evidence};
+use crate::model::{Analysis, GpuTimeline};
+use crate::report::Report;
 use crate::units;
 
 /// How many stalls the text report details per GPU.
 const TEXT_STALLS: usize = 5;
 /// How many leaf frames a stack shows in the text report.
 const TEXT_FRAMES: usize = 4;
-
-#[derive(Debug, Serialize)]
-pub struct JsonGpu<'a> {
-    pub index: u32,
-    pub name: &'a str,
-    pub uuid: &'a str,
-    pub observed_ns: u64,
-    pub busy_ns: u64,
-    pub idle_ns: u64,
-    pub idle_by_cause: BTreeMap<&'static str, u64>,
-    /// Each cause that took idle time, with its evidence summed over all its windows.
-    pub causes: &'a [CauseEvidence],
-    pub samples: usize,
-    pub pcie_max_gen: u32,
-    pub pcie_max_width: u32,
-    /// Traced processes NVML listed on this GPU.
-    pub target_pids: &'a [u32],
-    /// Mean GPM SM activity over the recording, where the GPU has GPM (Hopper and newer).
-    pub sm_active_pct: Option<f64>,
-    /// The dominant cause of each second of the recording.
-    pub seconds: &'a [SecondLabel],
-}
-
-pub fn json_gpus(a: &Analysis) -> Vec<JsonGpu<'_>> {
-    let Some(attr) = &a.attribution else {
-        return Vec::new();
-    };
-    attr.gpus
-        .iter()
-        .map(|g| {
-            let info = a.gpus.get(&g.gpu).map(|t| &t.info);
-            JsonGpu {
-                index: g.gpu,
-                name: info.map_or("", |i| i.name.as_str()),
-                uuid: info.map_or("", |i| i.uuid.as_str()),
-                target_pids: info.map_or(&[], |i| i.target_pids.as_slice()),
-                observed_ns: g.observed_ns,
-                busy_ns: g.busy_ns,
-                idle_ns: g.idle_ns,
-                idle_by_cause: g
-                    .idle_by_cause
-                    .iter()
-                    .map(|(c, ns)| (c.name(), *ns))
-                    .collect(),
-                causes: &g.causes,
-                samples: a.gpus.get(&g.gpu).map_or(0, |t| t.samples.len()),
-                pcie_max_gen: info.map_or(0, |i| i.pcie_max_gen),
-                pcie_max_width: info.map_or(0, |i| i.pcie_max_width),
-                sm_active_pct: a.gpus.get(&g.gpu).and_then(mean_sm_active),
-                seconds: &g.seconds,
-            }
-        })
-        .collect()
-}
-
-fn mean_sm_active(g: &crate::model::GpuTimeline) -> Option<f64> {
-    let v: Vec<u32> = g.states.iter().filter_map(|s| s.sm_active_pct).collect();
-    (!v.is_empty()).then(|| v.iter().map(|&p| f64::from(p)).sum::<f64>() / v.len() as f64)
-}
-
-/// Every GPU's stalls, longest first.
-pub fn json_stalls(a: &Analysis) -> Vec<&Stall> {
-    let mut stalls: Vec<&Stall> = a
-        .attribution
-        .iter()
-        .flat_map(|attr| attr.gpus.iter().flat_map(|g| g.stalls.iter()))
-        .collect();
-    stalls.sort_by(|x, y| y.idle_ns.cmp(&x.idle_ns).then(x.start_ns.cmp(&y.start_ns)));
-    stalls
-}
-
-pub fn json_verdict(a: &Analysis) -> Option<&Verdict> {
-    a.attribution.as_ref().map(|attr| &attr.verdict)
-}
 
 fn pct(part: u64, whole: u64) -> String {
     if whole == 0 {
@@ -98,8 +20,9 @@ fn pct(part: u64, whole: u64) -> String {
     }
 }
 
-pub fn write_text<W: Write>(a: &Analysis, w: &mut W) -> io::Result<()> {
-    let Some(attr) = &a.attribution else {
+pub fn write_text<W: Write>(report: &Report<'_>, w: &mut W) -> io::Result<()> {
+    let a = report.analysis;
+    let Some(attr) = report.attribution else {
         if a.gpus.is_empty() {
             return Ok(());
         }
@@ -111,7 +34,7 @@ pub fn write_text<W: Write>(a: &Analysis, w: &mut W) -> io::Result<()> {
         let sm = a
             .gpus
             .get(&g.gpu)
-            .and_then(mean_sm_active)
+            .and_then(GpuTimeline::mean_sm_active)
             .map_or(String::new(), |p| format!(" (SM activity {p:.0}%)"));
         writeln!(
             w,

@@ -1,0 +1,76 @@
+//! The GPU part of the JSON report: per GPU, idle time by cause and each cause's evidence;
+//! the stalls; the verdict.
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::attribution::{Attribution, CauseEvidence, SecondLabel, Stall, Verdict};
+use crate::model::{Analysis, GpuTimeline};
+
+#[derive(Debug, Serialize)]
+pub struct JsonGpu<'a> {
+    pub index: u32,
+    pub name: &'a str,
+    pub uuid: &'a str,
+    pub observed_ns: u64,
+    pub busy_ns: u64,
+    pub idle_ns: u64,
+    pub idle_by_cause: BTreeMap<&'static str, u64>,
+    /// Each cause that took idle time, with its evidence summed over all its windows.
+    pub causes: &'a [CauseEvidence],
+    pub samples: usize,
+    pub pcie_max_gen: u32,
+    pub pcie_max_width: u32,
+    /// Traced processes NVML listed on this GPU.
+    pub target_pids: &'a [u32],
+    /// Mean GPM SM activity over the recording, where the GPU has GPM (Hopper and newer).
+    pub sm_active_pct: Option<f64>,
+    /// The dominant cause of each second of the recording.
+    pub seconds: &'a [SecondLabel],
+}
+
+pub fn json_gpus<'a>(a: &'a Analysis, attribution: Option<&'a Attribution>) -> Vec<JsonGpu<'a>> {
+    let Some(attr) = attribution else {
+        return Vec::new();
+    };
+    attr.gpus
+        .iter()
+        .map(|g| {
+            let info = a.gpus.get(&g.gpu).map(|t| &t.info);
+            JsonGpu {
+                index: g.gpu,
+                name: info.map_or("", |i| i.name.as_str()),
+                uuid: info.map_or("", |i| i.uuid.as_str()),
+                target_pids: info.map_or(&[], |i| i.target_pids.as_slice()),
+                observed_ns: g.observed_ns,
+                busy_ns: g.busy_ns,
+                idle_ns: g.idle_ns,
+                idle_by_cause: g
+                    .idle_by_cause
+                    .iter()
+                    .map(|(c, ns)| (c.name(), *ns))
+                    .collect(),
+                causes: &g.causes,
+                samples: a.gpus.get(&g.gpu).map_or(0, |t| t.samples.len()),
+                pcie_max_gen: info.map_or(0, |i| i.pcie_max_gen),
+                pcie_max_width: info.map_or(0, |i| i.pcie_max_width),
+                sm_active_pct: a.gpus.get(&g.gpu).and_then(GpuTimeline::mean_sm_active),
+                seconds: &g.seconds,
+            }
+        })
+        .collect()
+}
+
+/// Every GPU's stalls, longest first.
+pub fn json_stalls(attribution: Option<&Attribution>) -> Vec<&Stall> {
+    let mut stalls: Vec<&Stall> = attribution
+        .iter()
+        .flat_map(|attr| attr.gpus.iter().flat_map(|g| g.stalls.iter()))
+        .collect();
+    stalls.sort_by(|x, y| y.idle_ns.cmp(&x.idle_ns).then(x.start_ns.cmp(&y.start_ns)));
+    stalls
+}
+
+pub fn json_verdict(attribution: Option<&Attribution>) -> Option<&Verdict> {
+    attribution.map(|attr| &attr.verdict)
+}
