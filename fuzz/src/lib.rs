@@ -16,8 +16,8 @@
 use std::io::{self, Read};
 
 use profiler_core::attribution::{Cause, attribute};
-use profiler_core::format::{FRAME_HEADER_LEN, HEADER_LEN};
-use profiler_core::record::Record;
+use profiler_core::recording::format::{FRAME_HEADER_LEN, HEADER_LEN};
+use profiler_core::recording::record::Record;
 use profiler_core::report::flamegraph::{
     self as folded, cause_lines, cause_stacks, off_cpu_folded, on_cpu_folded,
 };

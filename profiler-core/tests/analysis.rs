@@ -2,7 +2,7 @@
 mod common;
 
 use common::{MS, START_NS, counters, fixture};
-use profiler_core::record::{EndReason, Record};
+use profiler_core::recording::record::{EndReason, Record};
 use profiler_core::report::json as report_json;
 use profiler_core::{LoadInfo, analyze};
 

@@ -3,7 +3,7 @@
 use profiler_core::LoadInfo;
 use profiler_core::analyze;
 use profiler_core::attribution::Cause;
-use profiler_core::record::{GpuInfo, Meta, Record, ThreadCounters};
+use profiler_core::recording::record::{GpuInfo, Meta, Record, ThreadCounters};
 use profiler_core::report::{flamegraph::cause_folded, json::to_json_value, text::write_text};
 
 const MS: u64 = 1_000_000;
@@ -168,7 +168,7 @@ fn recording_of(phases: &[Phase]) -> Vec<Record> {
     }
     out.push(Record::End {
         ts_ns: START + 10_000 * MS,
-        reason: profiler_core::record::EndReason::Duration,
+        reason: profiler_core::recording::record::EndReason::Duration,
     });
     out
 }
@@ -335,7 +335,7 @@ fn host_work(attach_ms: u64) -> Vec<Record> {
 
 /// A 10 µs copy by the feeder at `ts_ns`.
 fn first_call(ts_ns: u64) -> Record {
-    Record::CudaCall(profiler_core::record::CudaCall {
+    Record::CudaCall(profiler_core::recording::record::CudaCall {
         tid: FEEDER,
         pid: FEEDER,
         start_ns: ts_ns,
@@ -485,7 +485,7 @@ fn launch_overhead_evidence_gives_the_launch_rate() {
     records.push(Record::Launches {
         ts_ns: START + 1000 * MS,
         probed_ns: 10 * MS,
-        counts: vec![profiler_core::record::LaunchCount {
+        counts: vec![profiler_core::recording::record::LaunchCount {
             tid: FEEDER,
             pid: FEEDER,
             launches: 1000,
@@ -547,19 +547,21 @@ fn a_sync_still_waiting_when_the_recording_ends_is_a_wait_not_an_error() {
     // The feeder spins in one sync from 1 s to the end (a hung collective, say): the recorder
     // writes it as ending with the recording, status IN_PROGRESS.
     let mut records = host_work(0);
-    records.push(Record::CudaCall(profiler_core::record::CudaCall {
-        tid: FEEDER,
-        pid: FEEDER,
-        start_ns: START + 1000 * MS,
-        end_ns: START + 4000 * MS,
-        api: "cuStreamSynchronize".into(),
-        op: profiler_core::cuda::CudaOp::Sync {
-            scope: profiler_core::cuda::SyncScope::Stream,
-            handle: 0,
+    records.push(Record::CudaCall(
+        profiler_core::recording::record::CudaCall {
+            tid: FEEDER,
+            pid: FEEDER,
+            start_ns: START + 1000 * MS,
+            end_ns: START + 4000 * MS,
+            api: "cuStreamSynchronize".into(),
+            op: profiler_core::cuda::CudaOp::Sync {
+                scope: profiler_core::cuda::SyncScope::Stream,
+                handle: 0,
+            },
+            status: profiler_core::recording::record::IN_PROGRESS,
+            caller: String::new(),
         },
-        status: profiler_core::record::IN_PROGRESS,
-        caller: String::new(),
-    }));
+    ));
     let a = analyze(records).analyzed(LoadInfo::default());
     let wait = a
         .analysis

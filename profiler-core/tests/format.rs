@@ -2,7 +2,7 @@
 mod common;
 
 use common::{encode, fixture, frame_offsets};
-use profiler_core::format::{FORMAT_VERSION, HEADER_LEN, MAX_PAYLOAD_BYTES};
+use profiler_core::recording::format::{FORMAT_VERSION, HEADER_LEN, MAX_PAYLOAD_BYTES};
 use profiler_core::{FormatError, RecordReader, Truncation, load_reader, read_recording};
 
 #[test]

@@ -8,7 +8,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use profiler_core::format::{FORMAT_VERSION, HEADER_LEN};
+use profiler_core::recording::format::{FORMAT_VERSION, HEADER_LEN};
 
 fn recordings() -> Vec<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/recordings");
@@ -57,7 +57,7 @@ fn every_kept_recording_still_decodes() {
         if version == FORMAT_VERSION {
             // Every record reads back as the same bytes: a field added, dropped or retyped
             // since the file was made would not.
-            let read = profiler_core::reader::read_recording(&bytes[..]).unwrap();
+            let read = profiler_core::recording::reader::read_recording(&bytes[..]).unwrap();
             assert!(
                 common::encode(&read.records) == bytes,
                 "{}: its records no longer encode as they were written: the layout changed \

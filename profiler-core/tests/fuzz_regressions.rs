@@ -94,7 +94,7 @@ fn seed_corpus_never_panics() {
 }
 
 /// A record's variant name, from its `Debug` form.
-fn kind(r: &profiler_core::record::Record) -> String {
+fn kind(r: &profiler_core::recording::record::Record) -> String {
     let debug = format!("{r:?}");
     debug
         .split(|c: char| !c.is_alphanumeric())

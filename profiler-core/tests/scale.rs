@@ -6,7 +6,7 @@ use std::io::{BufWriter, Write};
 use std::time::Instant;
 
 use profiler_core::RecordingWriter;
-use profiler_core::record::{EndReason, Meta, Record, ThreadCounters};
+use profiler_core::recording::record::{EndReason, Meta, Record, ThreadCounters};
 
 const THREADS: u32 = 20;
 const TICKS: u64 = 72_000;

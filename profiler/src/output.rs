@@ -9,8 +9,8 @@ use std::{
 
 use anyhow::Context as _;
 use profiler_core::{
-    Analysis, Folded, JobReport, LoadInfo, Report, attribution::Attribution, attribution::Cause,
-    load_reader, report::flamegraph as folded, timed::TimedEvents,
+    Analysis, Folded, JobReport, LoadInfo, Report, analysis::timed_events::TimedEvents,
+    attribution::Attribution, attribution::Cause, load_reader, report::flamegraph as folded,
 };
 
 use crate::{cli::OutputArgs, owner};

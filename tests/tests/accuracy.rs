@@ -231,7 +231,7 @@ fn a_thread_switched_in_unseen_reads_as_on_cpu() {
 /// `(slice start, slice end, tid, run-queue ns)` for each pair of consecutive ticks that
 /// both hold one of `tids`.
 fn tick_runqueue(file: &std::path::Path, tids: &[u32]) -> Vec<(u64, u64, u32, f64)> {
-    use profiler_core::{reader::RecordReader, record::Record};
+    use profiler_core::{RecordReader, record::Record};
     let f = std::fs::File::open(file).expect("the recording");
     let mut reader = RecordReader::new(std::io::BufReader::new(f)).expect("a recording header");
     let mut last: std::collections::HashMap<u32, (u64, u64)> = Default::default();

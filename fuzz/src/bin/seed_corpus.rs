@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 
 use profiler_core::RecordingWriter;
 use profiler_core::cuda::{CopyDir, CudaOp, Library, SyncScope};
-use profiler_core::format::{HEADER_LEN, MAGIC};
-use profiler_core::record::{
+use profiler_core::recording::format::{HEADER_LEN, MAGIC};
+use profiler_core::recording::record::{
     CudaCall, EndReason, EventLoss, GpuInfo, GpuState, LaunchCount, Meta, Record, ThreadCounters,
 };
 

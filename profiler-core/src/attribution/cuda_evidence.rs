@@ -6,8 +6,8 @@ use serde::Serialize;
 
 use super::evidence::{contains, overlaps};
 use super::{Cause, CudaEvidenceKind, link::LinkState, roles::Roles};
+use crate::analysis::model::{Analysis, GpuTimeline};
 use crate::cuda::{CudaOp, WaitKind};
-use crate::model::{Analysis, GpuTimeline};
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct CudaEvidence {

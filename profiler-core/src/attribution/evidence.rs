@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::{Cause, Metric, Speakers, Stacks, roles::Role, roles::Roles};
-use crate::model::Analysis;
-use crate::percentiles::Percentiles;
+use crate::analysis::model::Analysis;
+use crate::analysis::percentiles::Percentiles;
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Evidence {
@@ -84,7 +84,7 @@ fn metric(cause: Cause, t: &ThreadEvidence) -> u64 {
 /// and not overlapping (one stall, or every window of the cause).
 pub fn gather(
     a: &Analysis,
-    timed: &crate::timed::TimedEvents,
+    timed: &crate::analysis::timed_events::TimedEvents,
     roles: &Roles,
     cause: Cause,
     ranges: &[(u64, u64)],

@@ -1,7 +1,7 @@
 //! The GPU's PCIe link as NVML reported it, and whether it limits copies.
 use serde::Serialize;
 
-use crate::model::GpuTimeline;
+use crate::analysis::model::GpuTimeline;
 
 /// Copies achieving less than this share of what the full link gives are "far less".
 const FAR_BELOW: f64 = 0.5;

@@ -18,8 +18,8 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::model::Analysis;
-use crate::timed::TimedEvents;
+use crate::analysis::model::Analysis;
+use crate::analysis::timed_events::TimedEvents;
 pub use causes::{
     CAUSES, Cause, CauseSpec, CudaEvidenceKind, Metric, Scores, Signal, Speakers, Stacks,
 };
@@ -116,7 +116,7 @@ pub const BEFORE_PROBES: &str = "before the CUDA probes saw the feeder's first c
                                  in progress when they attached goes unseen)";
 
 /// Labels every GPU's idle time; `None` when the recording has no GPU samples. `timed` is
-/// the recording's (see [`crate::analyze::Folded`]).
+/// the recording's (see [`crate::analysis::fold::Folded`]).
 pub fn attribute(a: &Analysis, timed: &TimedEvents) -> Option<Attribution> {
     if a.gpus.values().all(|g| g.samples.is_empty()) {
         return None;
@@ -144,7 +144,7 @@ fn attribute_gpu(
     roles: &Roles,
     index: &window::TimelineIndex,
     waits: &crate::cuda::WaitIndex,
-    g: &crate::model::GpuTimeline,
+    g: &crate::analysis::model::GpuTimeline,
 ) -> GpuAttribution {
     // Until the probes see the feeder's first CUDA call, its time in CUDA calls is not
     // measured (the probes go on a moment into a recording, and a call already in progress
@@ -255,7 +255,7 @@ fn cause_evidence(
     a: &Analysis,
     timed: &TimedEvents,
     roles: &Roles,
-    g: &crate::model::GpuTimeline,
+    g: &crate::analysis::model::GpuTimeline,
     windows: &[(u64, u64, u64, Cause)],
 ) -> Vec<CauseEvidence> {
     /// A cause's idle time, windows and the time ranges they cover.

@@ -8,8 +8,8 @@
 use serde::Serialize;
 
 use super::{Attribution, Cause};
+use crate::analysis::model::Analysis;
 use crate::cuda::WaitKind;
-use crate::model::Analysis;
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct RankReport {

@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 
 use serde::Serialize;
 
-use crate::model::{Analysis, GpuTimeline};
+use crate::analysis::model::{Analysis, GpuTimeline};
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Roles {

@@ -1,6 +1,6 @@
 //! What the feeder and the workers did during one window of time, from the per-tick
 //! accounting, each tick prorated by how much of it falls inside the window.
-use crate::model::{ThreadDelta, TickSlice};
+use crate::analysis::model::{ThreadDelta, TickSlice};
 
 use super::roles::{Role, Roles};
 

@@ -6,12 +6,15 @@ mod api;
 pub use api::{
     APIS, Api, Collective, CopyDir, CudaOp, Library, Probe, SyncScope, index_of, nccl_type_size,
 };
+mod build;
+mod launcher_env;
 mod view;
+mod waits;
 
-pub use view::{
-    CudaView, HostWait, LaunchStats, ProbedLibrary, RankInfo, WaitIndex, WaitKind, WaitTotals,
-    build, rank_from_env,
-};
+pub use build::build;
+pub use launcher_env::rank_from_env;
+pub use view::{CudaView, HostWait, LaunchStats, ProbedLibrary, RankInfo, WaitKind};
+pub use waits::{WaitIndex, WaitTotals};
 mod summary;
 
 pub use summary::{ApiTotal, CudaSummary, ProcessCuda, summarize};

@@ -57,7 +57,7 @@ pub fn summarize(v: &CudaView) -> CudaSummary<'_> {
         t.total_ns = t
             .total_ns
             .saturating_add(c.end_ns.saturating_sub(c.start_ns));
-        if c.status != 0 && c.status != crate::record::IN_PROGRESS {
+        if c.status != 0 && c.status != crate::recording::record::IN_PROGRESS {
             t.errors += 1;
         }
     }

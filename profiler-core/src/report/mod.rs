@@ -10,10 +10,10 @@ pub mod text;
 
 use std::io::{self, Write};
 
-use crate::analyze::LoadInfo;
+use crate::analysis::fold::LoadInfo;
+use crate::analysis::model::Analysis;
 use crate::attribution::{Attribution, ranks::RankView};
 use crate::cuda::CudaSummary;
-use crate::model::Analysis;
 
 /// One recording's report: everything a format reads.
 #[derive(Debug)]

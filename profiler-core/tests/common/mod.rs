@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use profiler_core::RecordingWriter;
-use profiler_core::record::{EndReason, EventLoss, Meta, Record, ThreadCounters};
+use profiler_core::recording::record::{EndReason, EventLoss, Meta, Record, ThreadCounters};
 
 pub const START_NS: u64 = 1_000_000_000;
 pub const MS: u64 = 1_000_000;

@@ -22,26 +22,9 @@ fn check(ret: libc::c_int) -> io::Result<()> {
     }
 }
 
-fn clock_ns(clock: libc::clockid_t) -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid out-pointer; both clocks used here always exist on Linux.
-    unsafe { libc::clock_gettime(clock, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-/// Now on CLOCK_MONOTONIC, in nanoseconds: the clock of the ground-truth file and of
+/// The test harness's one clock: CLOCK_MONOTONIC, the clock of the ground-truth file and of
 /// stallscope's recordings.
-pub fn monotonic_ns() -> u64 {
-    clock_ns(libc::CLOCK_MONOTONIC)
-}
-
-/// CPU time the calling thread has consumed, in nanoseconds.
-pub fn thread_cpu_ns() -> u64 {
-    clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
-}
+pub use simgpu_state::clock::{monotonic_ns, thread_cpu_ns};
 
 /// Sleeps on the calling thread (off-CPU).
 pub fn sleep(d: Duration) {

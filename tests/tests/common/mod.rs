@@ -33,15 +33,7 @@ pub fn serial() -> MutexGuard<'static, ()> {
 }
 
 /// CLOCK_MONOTONIC in ns, the clock of the recordings' `start_ns`.
-pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid out-pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
+pub use simgpu_state::clock::monotonic_ns;
 
 /// A fresh directory, removed again when dropped.
 pub struct Scratch {

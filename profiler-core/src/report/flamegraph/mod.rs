@@ -9,10 +9,10 @@ use inferno::flamegraph;
 
 mod prune;
 
-use crate::analyze::Folded;
+use crate::analysis::fold::Folded;
+use crate::analysis::model::Analysis;
+use crate::analysis::timed_events::TimedEvents;
 use crate::attribution::{Attribution, Cause, Stacks, evidence::relevant};
-use crate::model::Analysis;
-use crate::timed::TimedEvents;
 
 /// On-CPU stacks; the count is samples. Sorted, one entry per distinct stack.
 pub fn on_cpu_folded(a: &Analysis) -> Vec<String> {
@@ -280,9 +280,9 @@ pub fn cause_stacks(
     }
     // Millions of samples, thousands of distinct (thread, stack) pairs: sum into dense
     // per-thread arrays, and ask about each thread's role once.
-    let mut by_thread: crate::fxhash::FxHashMap<u32, crate::samples::StackTotals> =
+    let mut by_thread: crate::fxhash::FxHashMap<u32, crate::analysis::stack_samples::StackTotals> =
         Default::default();
-    let mut budget = crate::samples::DENSE_CELL_BUDGET;
+    let mut budget = crate::analysis::stack_samples::DENSE_CELL_BUDGET;
     let mut add = |tid: u32, stack: u32, value: u64| {
         by_thread
             .entry(tid)

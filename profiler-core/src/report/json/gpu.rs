@@ -4,8 +4,8 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use crate::analysis::model::{Analysis, GpuTimeline};
 use crate::attribution::{Attribution, CauseEvidence, SecondLabel, Stall, Verdict};
-use crate::model::{Analysis, GpuTimeline};
 
 #[derive(Debug, Serialize)]
 pub struct JsonGpu<'a> {

@@ -8,8 +8,8 @@ use std::io::{self, Write};
 use serde::Serialize;
 
 use super::{JobReport, Render, Report};
+use crate::analysis::model::EventCounts;
 use crate::attribution::ranks::RankView;
-use crate::model::EventCounts;
 use crate::report::text::end_reason_name;
 
 /// The report format version, bumped only for incompatible changes.

@@ -2,8 +2,8 @@
 //! cause's evidence, the longest stalls with theirs, and the verdict.
 use std::io::{self, Write};
 
+use crate::analysis::model::{Analysis, GpuTimeline};
 use crate::attribution::{Attribution, Cause, CauseEvidence, Evidence};
-use crate::model::{Analysis, GpuTimeline};
 use crate::report::Report;
 use crate::units;
 

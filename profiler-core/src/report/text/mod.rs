@@ -5,10 +5,10 @@
 use std::io::{self, Write};
 
 use super::{JobReport, Render, Report};
-use crate::analyze::LoadInfo;
+use crate::analysis::fold::LoadInfo;
+use crate::analysis::model::{Analysis, ProcessSummary, ThreadSummary};
 use crate::cuda::CudaSummary;
-use crate::model::{Analysis, ProcessSummary, ThreadSummary};
-use crate::record::EndReason;
+use crate::recording::record::EndReason;
 use crate::table::{Align, Table};
 use crate::units;
 

@@ -5,19 +5,19 @@
 use std::collections::BTreeMap;
 use std::io::Read;
 
-use crate::attribution::Attribution;
-use crate::format::{FormatError, Truncation};
-use crate::fxhash::FxHashMap;
-use crate::model::{
+use crate::analysis::model::{
     Analysis, BlockIoSummary, EventCounts, GpuSample, GpuTimeline, PageCacheFileEntry,
     ProcessSummary, ThreadSummary, UnavailableSignal,
 };
-use crate::percentiles::Percentiles;
-use crate::reader::RecordReader;
-use crate::record::{EndReason, GpuInfo, GpuState, Meta, Record, ThreadCounters};
+use crate::analysis::percentiles::Percentiles;
+use crate::analysis::stack_samples::SampleAccumulator;
+use crate::analysis::tick_slices::TimelineBuilder;
+use crate::attribution::Attribution;
+use crate::fxhash::FxHashMap;
+use crate::recording::format::{FormatError, Truncation};
+use crate::recording::reader::RecordReader;
+use crate::recording::record::{EndReason, GpuInfo, GpuState, Meta, Record, ThreadCounters};
 use crate::report::Report;
-use crate::samples::SampleAccumulator;
-use crate::timeline::TimelineBuilder;
 
 /// How loading a recording went, alongside its [`Analysis`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -46,7 +46,7 @@ const BATCHES_AHEAD: usize = 4;
 #[derive(Debug, Default)]
 pub struct Folded {
     pub analysis: Analysis,
-    pub timed: crate::timed::TimedEvents,
+    pub timed: crate::analysis::timed_events::TimedEvents,
 }
 
 impl Folded {
@@ -172,10 +172,10 @@ pub struct Analyzer {
     unavailable: Vec<UnavailableSignal>,
     timeline: TimelineBuilder,
     gpus: BTreeMap<u32, GpuAcc>,
-    timed: crate::timed::TimedEvents,
+    timed: crate::analysis::timed_events::TimedEvents,
     cpus: u32,
     cuda_processes: BTreeMap<u32, String>,
-    cuda_calls: Vec<crate::record::CudaCall>,
+    cuda_calls: Vec<crate::recording::record::CudaCall>,
     cuda_libraries: Vec<crate::cuda::ProbedLibrary>,
     launches: BTreeMap<u32, u64>,
     launches_by_api: BTreeMap<u32, BTreeMap<String, u64>>,

@@ -10,7 +10,6 @@ use blazesym::{
         source::{Kernel, Process, Source},
     },
 };
-use profiler_common::Stack;
 
 /// Interns stacks: the same frames get the same id, and only new stacks are reported.
 #[derive(Default)]
@@ -118,10 +117,9 @@ impl Namer {
         }
     }
 
-    /// Names a sampled stack, root first: user frames, then kernel frames.
-    pub fn name_stack(&mut self, pid: u32, stack: &Stack) -> Vec<String> {
-        let user = frames(&stack.user, stack.user_len);
-        let kernel = frames(&stack.kernel, stack.kernel_len);
+    /// Names a sampled stack (addresses leaf first), root first: user frames, then kernel
+    /// frames.
+    pub fn name_stack(&mut self, pid: u32, user: &[u64], kernel: &[u64]) -> Vec<String> {
         let mut out: Vec<String> = self.names(pid, user, false);
         out.reverse();
         let mut k = self.names(pid, kernel, true);

@@ -6,10 +6,10 @@
 //! record variant from a newer writer: it is counted and skipped.
 use std::io::{self, BufRead, BufReader, Read};
 
-use crate::format::{
+use crate::recording::format::{
     FORMAT_VERSION, FRAME_HEADER_LEN, FormatError, HEADER_LEN, MAGIC, MAX_PAYLOAD_BYTES, Truncation,
 };
-use crate::record::Record;
+use crate::recording::record::Record;
 
 /// Payloads up to this size are read into a pre-sized buffer; larger declared sizes grow the
 /// buffer as bytes actually arrive, so a damaged length at the end of a short file costs nothing.

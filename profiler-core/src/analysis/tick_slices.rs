@@ -5,9 +5,9 @@
 //! counts from zero, since its counters start when it is first tracked. A thread that exits
 //! between ticks contributes `exit counters - last tick` to the next slice (or to a final slice
 //! ending at the recording's end), so each thread's deltas add up to its final counters.
+use crate::analysis::model::{ThreadDelta, TickSlice};
 use crate::fxhash::FxHashMap;
-use crate::model::{ThreadDelta, TickSlice};
-use crate::record::ThreadCounters;
+use crate::recording::record::ThreadCounters;
 
 /// `cur - prev` per state. A thread's lifetime (the sum) only grows, but the recorder may move
 /// time between states after the fact (it learns of a missed context switch later): a state

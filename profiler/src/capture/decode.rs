@@ -6,11 +6,11 @@ use std::collections::HashMap;
 use profiler_common::{
     BlockIo, CpuSample, CudaCall, Header, OffCpuSample, ThreadExit, ThreadNew, kind, state,
 };
-use profiler_core::record::{self, Record, ThreadCounters};
+use profiler_core::recording::record::{self, Record, ThreadCounters};
 
-use crate::{
-    symbolize::{Namer, Stacks},
-    target,
+use super::{
+    proc::target,
+    stacks::{Namer, RawStack, Stacks, Unwinding},
 };
 
 /// A probed CUDA call, from a ring-buffer record or an entry still open at the end.
@@ -66,6 +66,7 @@ struct PendingOffCpu {
 #[derive(Default)]
 pub struct Decoder {
     namer: Namer,
+    unwinding: Unwinding,
     stacks: Stacks,
     /// Raw stacks already named, keyed by pid followed by the user and kernel addresses:
     /// a repeated stack (the common case) costs a hash lookup, not a symbolization.
@@ -76,7 +77,7 @@ pub struct Decoder {
     pub malformed: u64,
     /// TIDs the kernel reported as exited.
     pub exited: Vec<u32>,
-    /// The highest slot number a new thread was reported with (see `crate::slots`).
+    /// The highest slot number a new thread was reported with (see `super::kernel::slots`).
     pub highest_slot: u32,
 }
 
@@ -89,8 +90,8 @@ impl Decoder {
     }
 
     fn stack(&mut self, pid: u32, stack: &profiler_common::Stack, out: &mut Vec<Record>) -> u32 {
-        let user = crate::symbolize::frames(&stack.user, stack.user_len);
-        let kernel = crate::symbolize::frames(&stack.kernel, stack.kernel_len);
+        let raw = RawStack::of(pid, stack);
+        let (user, kernel) = (raw.user, raw.kernel);
         let mut key = Vec::with_capacity(2 + user.len() + kernel.len());
         key.push(u64::from(pid));
         key.push(user.len() as u64);
@@ -99,7 +100,7 @@ impl Decoder {
         if let Some(&id) = self.raw.get(&key) {
             return id;
         }
-        let frames = self.namer.name_stack(pid, stack);
+        let frames = self.unwinding.0.unwind(&raw, &mut self.namer);
         let (id, new) = self.stacks.intern(frames);
         if let Some(frames) = new {
             out.push(Record::Stack { id, frames });

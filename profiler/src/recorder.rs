@@ -3,13 +3,20 @@ use std::path::PathBuf;
 
 use aya::maps::RingBuf;
 use profiler_common::{Config, ThreadStats};
-use profiler_core::record::{EndReason, Meta, Record};
+use profiler_core::recording::record::{EndReason, Meta, Record};
 
 use crate::{
+    capture::{
+        clock::monotonic_ns,
+        gpu,
+        kernel::{loader, offsets},
+        proc::target,
+        recording_file::{RecordingFile, WriteFailed},
+        session,
+        sink::{Sink, write_process},
+    },
     cli::RecordArgs,
-    gpu, launch, loader, offsets, output, privileges,
-    recording_file::{RecordingFile, WriteFailed},
-    session, target,
+    output, privileges, spawn,
 };
 
 fn default_output(args: &RecordArgs, root: u32) -> PathBuf {
@@ -42,7 +49,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<i32> {
     let mut launched = if args.command.is_empty() {
         None
     } else {
-        Some(launch::spawn(&args.command)?)
+        Some(spawn::spawn(&args.command)?)
     };
     let roots: Vec<u32> = match &launched {
         Some(l) => vec![l.pid],
@@ -86,7 +93,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<i32> {
     let offsets = layout.offsets;
     let max_threads = args.max_threads;
     let loading = std::thread::spawn(move || loader::load(&offsets, &config, max_threads, &skip));
-    let decoder = crate::events::Decoder::with_kernel_symbols();
+    let decoder = crate::capture::decode::Decoder::with_kernel_symbols();
     let mut ebpf = loading
         .join()
         .map_err(|_| anyhow::anyhow!("loading the eBPF programs panicked"))??;
@@ -98,13 +105,13 @@ pub fn run(args: RecordArgs) -> anyhow::Result<i32> {
     // The CUDA and NCCL libraries the tree maps now are probed before the clock starts, so
     // that no moment of the recording has a feeder whose CUDA calls go unseen: the probes
     // record nothing for a thread until it is tracked.
-    let mut probes = crate::uprobes::CudaProbes::new(&mut ebpf, !args.no_cuda_probes);
+    let mut probes = crate::capture::probes::cuda::CudaProbes::new(&mut ebpf, !args.no_cuda_probes);
     let mut early = Vec::new();
     for &pid in &tree {
         let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
         early.extend(probes.scan(&mut ebpf, pid, &maps));
     }
-    let start_ns = session::monotonic_ns();
+    let start_ns = monotonic_ns();
     let seeds = match &launched {
         Some(l) => vec![target::SeedThread {
             tid: l.pid,
@@ -114,14 +121,17 @@ pub fn run(args: RecordArgs) -> anyhow::Result<i32> {
         }],
         None => target::threads(&tree),
     };
-    let slots = crate::slots::Slots::seed(&mut ebpf, args.max_threads, &seeds, |s| ThreadStats {
-        tgid: s.pid,
-        state: s.state,
-        since_ns: start_ns,
-        off_state: profiler_common::state::ON_CPU,
-        run_delay_ns: s.run_delay_ns.unwrap_or(profiler_common::RUN_DELAY_UNKNOWN),
-        ..ThreadStats::default()
-    })?;
+    let slots =
+        crate::capture::kernel::slots::Slots::seed(&mut ebpf, args.max_threads, &seeds, |s| {
+            ThreadStats {
+                tgid: s.pid,
+                state: s.state,
+                since_ns: start_ns,
+                off_state: profiler_common::state::ON_CPU,
+                run_delay_ns: s.run_delay_ns.unwrap_or(profiler_common::RUN_DELAY_UNKNOWN),
+                ..ThreadStats::default()
+            }
+        })?;
     let mut unavailable = layout.missing.clone();
     unavailable.extend(loader::attach(
         &mut ebpf,
@@ -134,16 +144,16 @@ pub fn run(args: RecordArgs) -> anyhow::Result<i32> {
     // Before any other thread starts: capability sets are per thread.
     let kept = privileges::drop_after_attach(!args.no_cuda_probes)?;
     log::info!("capabilities kept after attach: {kept:?}");
-    probes.start_launch_windows(
+    probes.start_launch_duty(
         &mut ebpf,
-        crate::uprobes::LaunchDuty::from_percent(args.launch_duty),
+        crate::capture::probes::cuda::LaunchDuty::from_percent(args.launch_duty),
     );
 
     let path = args
         .output
         .clone()
         .unwrap_or_else(|| default_output(&args, roots[0]));
-    let mut writer = RecordingFile::create(&path)?;
+    let mut writer: Box<dyn Sink> = Box::new(RecordingFile::create(&path)?);
     writer.write(&Record::Meta(Box::new(Meta {
         target_pids: roots.clone(),
         command: args.command.clone(),
@@ -171,16 +181,13 @@ pub fn run(args: RecordArgs) -> anyhow::Result<i32> {
         })?;
     }
     for &pid in &tree {
-        writer.write(&Record::Process {
+        let process = Record::Process {
             ts_ns: start_ns,
             pid,
             ppid: target::ppid(pid),
             cmdline: target::cmdline(pid).unwrap_or_default(),
-        })?;
-        let vars = target::rank_env(pid);
-        if !vars.is_empty() {
-            writer.write(&Record::ProcessEnv { pid, vars })?;
-        }
+        };
+        write_process(writer.as_mut(), &process)?;
     }
     for s in &seeds {
         writer.write(&Record::Thread {

@@ -106,9 +106,9 @@ pub fn load(
     prog.load().map_err(|e| rejection("cpu_sample", e))?;
     if wanted("cuda") {
         for name in [
-            crate::uprobes::ENTER,
-            crate::uprobes::EXIT,
-            crate::uprobes::LAUNCH,
+            crate::capture::probes::cuda::ENTER,
+            crate::capture::probes::cuda::EXIT,
+            crate::capture::probes::cuda::LAUNCH,
         ] {
             let prog: &mut UProbe = program(&mut ebpf, name)?;
             prog.load().map_err(|e| rejection(name, e))?;

@@ -8,7 +8,7 @@ use std::io::{self, Write};
 
 use thiserror::Error;
 
-use crate::record::Record;
+use crate::recording::record::Record;
 
 /// The first eight bytes of every recording.
 pub const MAGIC: [u8; 8] = *b"STALLREC";

@@ -27,7 +27,7 @@ use profiler_core::{
     record::{LaunchCount, Record},
 };
 
-use crate::session::monotonic_ns;
+use crate::capture::clock::monotonic_ns;
 
 pub const ENTER: &str = "cuda_enter";
 pub const EXIT: &str = "cuda_exit";
@@ -54,8 +54,8 @@ impl LaunchDuty {
 pub struct CudaProbes {
     /// Files already probed (or found unprobeable), by (st_dev, st_ino).
     seen: HashSet<(u64, u64)>,
-    windows: Option<crate::launch_window::LaunchWindows>,
-    /// Launch entry points found before the windows started (file, offset, API index):
+    duty_cycle: Option<super::launch_duty::DutyCycle>,
+    /// Launch entry points found before the duty cycle started (file, offset, API index):
     /// handed to them when they start. `None` once they have.
     early_launches: Option<Vec<(PathBuf, u64, u64)>>,
     /// Owned, so that they can be dropped (detached) in parallel at the end.
@@ -71,15 +71,15 @@ pub struct CudaProbes {
 }
 
 impl CudaProbes {
-    /// The probes, none attached yet; the launch windows start with
-    /// [`Self::start_launch_windows`].
+    /// The probes, none attached yet; the launch duty cycle starts with
+    /// [`Self::start_launch_duty`].
     pub fn new(ebpf: &mut Ebpf, available: bool) -> Self {
         let launches = ebpf
             .take_map("LAUNCHES")
             .and_then(|m| BpfHashMap::try_from(m).ok());
         Self {
             seen: HashSet::new(),
-            windows: None,
+            duty_cycle: None,
             early_launches: Some(Vec::new()),
             links: Vec::new(),
             last_counts: BTreeMap::new(),
@@ -90,15 +90,15 @@ impl CudaProbes {
     }
 
     /// Starts switching the launch probes on and off, on a thread of its own.
-    pub fn start_launch_windows(&mut self, ebpf: &mut Ebpf, duty: LaunchDuty) {
+    pub fn start_launch_duty(&mut self, ebpf: &mut Ebpf, duty: LaunchDuty) {
         let available = self.available;
-        self.windows = if available && !duty.on.is_zero() {
+        self.duty_cycle = if available && !duty.on.is_zero() {
             let fd = program(ebpf, LAUNCH)
                 .and_then(|p| p.fd().and_then(|fd| fd.try_clone().map_err(Into::into)))
                 .map_err(|e| e.to_string())
                 .and_then(|fd| {
                     let fd: OwnedFd = fd.as_fd().try_clone_to_owned().map_err(|e| e.to_string())?;
-                    crate::launch_window::LaunchWindows::start(fd, duty.on, duty.period)
+                    super::launch_duty::DutyCycle::start(fd, duty.on, duty.period)
                         .map_err(|e| e.to_string())
                 });
             match fd {
@@ -112,7 +112,7 @@ impl CudaProbes {
             None
         };
         for (path, offset, api) in self.early_launches.take().unwrap_or_default() {
-            if let Some(w) = &self.windows {
+            if let Some(w) = &self.duty_cycle {
                 w.add(path, offset, api);
                 self.counting = true;
             }
@@ -159,7 +159,7 @@ impl CudaProbes {
     ) -> Record {
         let mut attached = Vec::new();
         let mut missing = Vec::new();
-        let symbols = match crate::elf::Symbols::read(in_ns) {
+        let symbols = match super::elf::Symbols::read(in_ns) {
             Ok(s) => s,
             Err(e) => {
                 eprintln!(
@@ -187,7 +187,7 @@ impl CudaProbes {
                 continue;
             };
             let result = match api.probe {
-                Probe::Counted => match (&self.windows, &mut self.early_launches) {
+                Probe::Counted => match (&self.duty_cycle, &mut self.early_launches) {
                     (Some(w), _) => {
                         w.add(in_ns.to_path_buf(), offset, i as u64);
                         self.counting = true;
@@ -237,7 +237,7 @@ impl CudaProbes {
 
     /// The launch counts gathered since the last call, and how long the probes were on.
     pub fn tick(&mut self) -> Option<Record> {
-        let probed_ns = self.windows.as_ref()?.take_probed_ns();
+        let probed_ns = self.duty_cycle.as_ref()?.take_probed_ns();
         let map = self.launches.as_ref().filter(|_| self.counting);
         let mut counts = Vec::new();
         for entry in map.iter().flat_map(|m| m.iter()) {
@@ -247,7 +247,7 @@ impl CudaProbes {
             if total > last {
                 counts.push(LaunchCount {
                     tid,
-                    pid: crate::target::tgid(tid).unwrap_or(0),
+                    pid: crate::capture::proc::target::tgid(tid).unwrap_or(0),
                     launches: total - last,
                     api: APIS
                         .get(api as usize)
@@ -281,15 +281,15 @@ impl CudaProbes {
     /// runs while the report is written; join the handle before exiting.
     pub fn release(&mut self) -> Option<std::thread::JoinHandle<()>> {
         let links = std::mem::take(&mut self.links);
-        let windows = self.windows.take();
-        if links.is_empty() && windows.is_none() {
+        let duty_cycle = self.duty_cycle.take();
+        if links.is_empty() && duty_cycle.is_none() {
             return None;
         }
         std::thread::Builder::new()
             .name("stallscope-unprobe".into())
             .spawn(move || {
                 std::thread::scope(|s| {
-                    s.spawn(move || drop(windows));
+                    s.spawn(move || drop(duty_cycle));
                     for link in links {
                         s.spawn(move || drop(link));
                     }
@@ -298,9 +298,9 @@ impl CudaProbes {
             .ok()
     }
 
-    /// Ends the launch windows and reports the rest.
+    /// Ends the launch duty cycle and reports the rest.
     pub fn finish(&mut self) -> Option<Record> {
-        let probed_ns = self.windows.as_ref()?.end();
+        let probed_ns = self.duty_cycle.as_ref()?.end();
         let record = self.tick();
         match record {
             Some(Record::Launches {

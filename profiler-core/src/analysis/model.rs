@@ -1,12 +1,12 @@
 //! The analysis model: what a recording says, folded per thread, process, stack and tick.
 //!
-//! Built by [`crate::analyze::Analyzer`]; read by the reports. Maps are `BTreeMap` and lists are
+//! Built by [`crate::analysis::fold::Analyzer`]; read by the reports. Maps are `BTreeMap` and lists are
 //! sorted so that every report is deterministic.
 use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::record::{EndReason, GpuInfo, GpuState, Meta, ThreadCounters};
+use crate::recording::record::{EndReason, GpuInfo, GpuState, Meta, ThreadCounters};
 
 /// Everything the reports need from one recording.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -112,7 +112,7 @@ pub struct BlockIoSummary {
     pub read_bytes: u64,
     pub write_bytes: u64,
     /// Latency is queue plus service time. Exact up to 4096 requests per thread, then within
-    /// 0.4% (see [`crate::percentiles`]).
+    /// 0.4% (see [`crate::analysis::percentiles`]).
     pub p50_ns: Option<u64>,
     pub p99_ns: Option<u64>,
     pub max_ns: Option<u64>,

@@ -8,7 +8,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use profiler_core::{format::RecordingWriter, record::Record};
+use profiler_core::{RecordingWriter, record::Record};
 
 use crate::owner;
 

@@ -12,7 +12,7 @@ use anyhow::Context as _;
 use aya::maps::{Array, MapData, PerCpuArray, Stack};
 use profiler_common::{EventCounts, MAX_SLOTS, TIDS_PER_ELEMENT, ThreadStats, kind};
 
-use crate::target::SeedThread;
+use crate::capture::proc::target::SeedThread;
 
 fn take<T>(ebpf: &mut aya::Ebpf, name: &str) -> anyhow::Result<T>
 where

@@ -2,7 +2,7 @@
 //! classic tracepoint records) and says which signals are missing on this kernel.
 use profiler_common::Offsets;
 
-use crate::{btf::Btf, tracefs};
+use super::{btf::Btf, tracefs};
 
 const NO_FIELD: u32 = u32::MAX;
 

@@ -9,26 +9,25 @@ use std::{
 
 use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
 use profiler_common::{EventCounts, FileKey, FileMisses, ThreadStats, kind, state};
-use profiler_core::record::{EndReason, EventLoss, Record, ThreadCounters};
+use profiler_core::recording::record::{EndReason, EventLoss, Record, ThreadCounters};
 use tokio::{
     io::{Interest, unix::AsyncFd},
     signal::unix::{SignalKind, signal},
 };
 
-use crate::{
-    events::Decoder, files::FileNames, gpu::GpuSampler, recording_file::RecordingFile,
-    slots::Slots, target,
+use super::{
+    clock::monotonic_ns,
+    decode::Decoder,
+    gpu::GpuSampler,
+    kernel::slots::Slots,
+    proc::{files::FileNames, target},
+    sink::{Sink, write_process},
 };
-
-/// CLOCK_MONOTONIC in ns: the clock of `bpf_ktime_get_ns` and of every record.
-pub fn monotonic_ns() -> u64 {
-    crate::gpu::clock_ns(libc::CLOCK_MONOTONIC)
-}
 
 pub struct Session {
     pub ebpf: aya::Ebpf,
     pub slots: Slots,
-    pub writer: RecordingFile,
+    pub sink: Box<dyn Sink>,
     pub decoder: Decoder,
     /// Last counters written per live thread.
     last: HashMap<u32, ThreadCounters>,
@@ -42,7 +41,7 @@ pub struct Session {
     /// exact only while the programs are attached.
     last_tick_ns: u64,
     comms: HashMap<u32, String>,
-    probes: crate::uprobes::CudaProbes,
+    probes: super::probes::cuda::CudaProbes,
     /// Removing the CUDA probes, in the background; joined before exit.
     pub unprobe: Option<std::thread::JoinHandle<()>>,
 }
@@ -57,7 +56,7 @@ fn event_counts(ebpf: &aya::Ebpf) -> anyhow::Result<PerCpuArray<&MapData, EventC
 
 /// The counters of a live thread, with its open interval credited up to `now`.
 fn snapshot(tid: u32, st: &ThreadStats, now: u64) -> ThreadCounters {
-    let mut c = crate::events::counters(tid, st);
+    let mut c = crate::capture::decode::counters(tid, st);
     let open = now.saturating_sub(st.since_ns);
     match st.state {
         state::ON_CPU => c.on_cpu_ns += open,
@@ -73,15 +72,15 @@ impl Session {
         ebpf: aya::Ebpf,
         slots: Slots,
         decoder: Decoder,
-        writer: RecordingFile,
+        sink: Box<dyn Sink>,
         pids: Arc<Mutex<BTreeSet<u32>>>,
         gpu: Option<GpuSampler>,
-        probes: crate::uprobes::CudaProbes,
+        probes: super::probes::cuda::CudaProbes,
     ) -> Self {
         Self {
             ebpf,
             slots,
-            writer,
+            sink,
             decoder,
             last: HashMap::new(),
             pids,
@@ -109,14 +108,12 @@ impl Session {
                         pids.insert(*pid);
                     }
                     self.files.scan(*pid);
-                    let vars = target::rank_env(*pid);
-                    if !vars.is_empty() {
-                        self.writer.write(&Record::ProcessEnv { pid: *pid, vars })?;
-                    }
+                    write_process(self.sink.as_mut(), &r)?;
+                    continue;
                 }
                 _ => {}
             }
-            self.writer.write(&r)?;
+            self.sink.write(&r)?;
         }
         Ok(())
     }
@@ -135,14 +132,14 @@ impl Session {
         let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
         self.files.scan_with(pid, &maps);
         for r in self.probes.scan(&mut self.ebpf, pid, &maps) {
-            self.writer.write(&r)?;
+            self.sink.write(&r)?;
         }
         if self.cuda.contains(&pid) {
             return Ok(());
         }
-        if let Some(path) = crate::files::cuda_library(&maps) {
+        if let Some(path) = crate::capture::proc::files::cuda_library(&maps) {
             self.cuda.insert(pid);
-            self.writer.write(&Record::CudaLibrary {
+            self.sink.write(&Record::CudaLibrary {
                 ts_ns: monotonic_ns(),
                 pid,
                 path,
@@ -168,19 +165,19 @@ impl Session {
         }
         let alive = threads.len();
         threads.sort_by_key(|c| c.tid);
-        self.writer.write(&Record::Tick {
+        self.sink.write(&Record::Tick {
             ts_ns: now,
             threads,
         })?;
         if let Some(r) = self.probes.tick() {
-            self.writer.write(&r)?;
+            self.sink.write(&r)?;
         }
         if let Some(gpu) = &self.gpu {
             for r in gpu.drain() {
-                self.writer.write(&r)?;
+                self.sink.write(&r)?;
             }
         }
-        self.writer.flush()?;
+        self.sink.flush()?;
         Ok(alive)
     }
 
@@ -239,11 +236,11 @@ impl Session {
         self.probes.silence(&mut self.ebpf);
         self.open_calls()?;
         if let Some(r) = self.probes.finish() {
-            self.writer.write(&r)?;
+            self.sink.write(&r)?;
         }
         // The other programs first: removing uprobes holds the kernel's trace-event lock for
         // a grace period each, which classic tracepoints' detach would queue behind.
-        crate::loader::detach_all(&mut self.ebpf);
+        crate::capture::kernel::loader::detach_all(&mut self.ebpf);
         self.unprobe = self.probes.release();
         std::thread::sleep(Duration::from_millis(20));
         self.drain(ring.get_mut())?;
@@ -275,8 +272,8 @@ impl Session {
         self.write_all(out)?;
         self.page_cache_files()?;
         self.losses()?;
-        self.writer.write(&Record::End { ts_ns: now, reason })?;
-        self.writer.flush()?;
+        self.sink.write(&Record::End { ts_ns: now, reason })?;
+        self.sink.flush()?;
         Ok(())
     }
 
@@ -294,7 +291,7 @@ impl Session {
                 continue;
             };
             if let Some(r) = self.decoder.open_call(tid, pid, &entry, self.last_tick_ns) {
-                self.writer.write(&r)?;
+                self.sink.write(&r)?;
             }
         }
         Ok(())
@@ -319,7 +316,7 @@ impl Session {
                 pages: m.pages,
                 bytes: m.bytes,
             };
-            self.writer.write(&record)?;
+            self.sink.write(&record)?;
         }
         Ok(())
     }
@@ -337,7 +334,7 @@ impl Session {
                 dropped,
                 received: self.decoder.received[k as usize],
             };
-            self.writer.write(&Record::Loss(loss))?;
+            self.sink.write(&Record::Loss(loss))?;
         }
         Ok(())
     }

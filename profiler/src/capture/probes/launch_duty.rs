@@ -18,7 +18,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::session::monotonic_ns;
+use crate::capture::clock::monotonic_ns;
 
 const PERF_EVENT_IOC_ENABLE: libc::c_ulong = 0x2400;
 const BPF_LINK_CREATE: libc::c_long = 28;
@@ -100,7 +100,7 @@ enum Cmd {
     Add(PathBuf, u64, u64),
 }
 
-pub struct LaunchWindows {
+pub struct DutyCycle {
     tx: Option<Sender<Cmd>>,
     probed_ns: Arc<AtomicU64>,
     /// When the open window's uncredited time starts; 0 while off.
@@ -109,7 +109,7 @@ pub struct LaunchWindows {
     handle: Option<JoinHandle<()>>,
 }
 
-impl LaunchWindows {
+impl DutyCycle {
     /// `on` out of every `period` (all of it when `on >= period`).
     pub fn start(prog: OwnedFd, on: Duration, period: Duration) -> std::io::Result<Self> {
         let pmu = uprobe_pmu_type()?;
@@ -170,7 +170,7 @@ impl LaunchWindows {
     }
 }
 
-impl Drop for LaunchWindows {
+impl Drop for DutyCycle {
     fn drop(&mut self) {
         self.stop();
     }

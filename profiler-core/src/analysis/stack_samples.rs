@@ -6,8 +6,8 @@
 //! proportions. They are never scaled down: if captures exceed the counters, they stand.
 use std::collections::BTreeMap;
 
+use crate::analysis::model::{CpuStackSamples, OffCpuStackTime};
 use crate::fxhash::FxHashMap;
-use crate::model::{CpuStackSamples, OffCpuStackTime};
 
 /// Stack ids index dense per-thread arrays up to this many cells in all (16 MiB of totals,
 /// at most twice that allocated);

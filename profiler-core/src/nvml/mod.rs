@@ -1,0 +1,4 @@
+//! NVML's samples, made into records: rebasing its timestamps onto CLOCK_MONOTONIC, and
+//! turning its utilization samples (and the gaps between them) into idle time.
+pub mod clock;
+pub mod samples;

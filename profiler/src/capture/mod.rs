@@ -1,0 +1,12 @@
+//! Capture: the kernel programs and their maps, the CUDA/NCCL probes, what /proc says, the
+//! NVML sampler, and the session that turns all of it into records handed to a [`sink::Sink`].
+pub mod clock;
+pub mod decode;
+pub mod gpu;
+pub mod kernel;
+pub mod probes;
+pub mod proc;
+pub mod recording_file;
+pub mod session;
+pub mod sink;
+pub mod stacks;
