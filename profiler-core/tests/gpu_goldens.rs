@@ -1,0 +1,146 @@
+//! The GPU half of the reports, from recordings stallscope made of stallgen's scenarios on the
+//! simulated GPU (`tests/recordings/gpu/v1-<scenario>.rec`, made by
+//! `scripts/record-gpu-goldens.sh`): golden text and JSON reports for each, and the labels
+//! each scenario must get. No root, no timing: the recordings are fixed.
+//! Regenerate the reports with `STALLSCOPE_BLESS=1 cargo test -p profiler-core --test gpu_goldens`.
+mod common;
+
+use std::path::PathBuf;
+
+use common::assert_golden;
+use profiler_core::attribution::Cause;
+use profiler_core::report::{json::to_json_value, text::to_text};
+use profiler_core::{Analyzed, load_reader};
+
+/// Each recording, and the cause stallgen's scenario injects (for `nccl-straggler`, the slow
+/// rank's own cause).
+const SCENARIOS: [(&str, Cause); 8] = [
+    ("dataloader-cpu", Cause::DataloaderCpu),
+    ("disk", Cause::Disk),
+    ("cpu-contention", Cause::CpuContention),
+    ("host-compute", Cause::HostCompute),
+    ("pageable-copy", Cause::PinnedMemoryCopy),
+    ("pcie-degraded", Cause::Pcie),
+    ("launch-bound", Cause::LaunchOverhead),
+    ("nccl-straggler", Cause::Disk),
+];
+
+fn path(scenario: &str) -> PathBuf {
+    [
+        env!("CARGO_MANIFEST_DIR"),
+        "tests",
+        "recordings",
+        "gpu",
+        &format!("v1-{scenario}.rec"),
+    ]
+    .iter()
+    .collect()
+}
+
+fn analyzed(scenario: &str) -> Analyzed {
+    let p = path(scenario);
+    let bytes = std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    let (folded, load) = load_reader(&bytes[..]).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    assert!(
+        load.truncated.is_none(),
+        "{}: {:?}",
+        p.display(),
+        load.truncated
+    );
+    folded.analyzed(load)
+}
+
+#[test]
+fn golden_reports() {
+    for (scenario, _) in SCENARIOS {
+        let a = analyzed(scenario);
+        let report = a.report();
+        assert_golden(&format!("gpu/{scenario}.txt"), &to_text(&report));
+        let json = serde_json::to_string_pretty(&to_json_value(&report)).unwrap() + "\n";
+        assert_golden(&format!("gpu/{scenario}.json"), &json);
+    }
+}
+
+#[test]
+fn every_scenario_gets_its_cause() {
+    for (scenario, cause) in SCENARIOS {
+        if scenario == "nccl-straggler" {
+            continue;
+        }
+        let a = analyzed(scenario);
+        let attr = a
+            .attribution
+            .as_ref()
+            .expect("a GPU recording is attributed");
+        assert_eq!(attr.gpus.len(), 1, "{scenario}");
+        let g = &attr.gpus[0];
+        let idle_of = |c: Cause| g.idle_by_cause.get(&c).copied().unwrap_or(0);
+        // Most of the idle time carries the injected cause, and the verdict names it.
+        assert!(
+            idle_of(cause) as f64 >= 0.6 * g.idle_ns as f64,
+            "{scenario}: {} of {} ns idle is {}: {:?}",
+            idle_of(cause),
+            g.idle_ns,
+            cause.name(),
+            g.idle_by_cause
+        );
+        assert_eq!(
+            attr.verdict.cause,
+            Some(cause),
+            "{scenario}: {}",
+            attr.verdict.text
+        );
+        // The cause has its evidence, with what its registry entry says it shows.
+        let ev = g
+            .causes
+            .iter()
+            .find(|c| c.cause == cause)
+            .unwrap_or_else(|| panic!("{scenario}: no evidence for {}", cause.name()));
+        assert!(
+            !ev.evidence.threads.is_empty(),
+            "{scenario}: no threads: {ev:?}"
+        );
+        match cause.spec().cuda {
+            profiler_core::attribution::CudaEvidenceKind::None => {
+                assert!(ev.evidence.cuda.is_none(), "{scenario}")
+            }
+            profiler_core::attribution::CudaEvidenceKind::Launches => {
+                let cuda = ev.evidence.cuda.as_ref().expect("launch evidence");
+                assert!(
+                    cuda.launches_per_sec.unwrap_or(0.0) > 0.0,
+                    "{scenario}: {cuda:?}"
+                );
+            }
+            _ => {
+                let cuda = ev.evidence.cuda.as_ref().expect("CUDA evidence");
+                assert!(!cuda.calls.is_empty(), "{scenario}: {cuda:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn the_two_ranks_name_the_straggler_and_its_own_cause() {
+    let a = analyzed("nccl-straggler");
+    let report = a.report();
+    let ranks = &report.ranks;
+    assert_eq!(ranks.ranks.len(), 2, "{ranks:?}");
+    let straggler = ranks.straggler.as_ref().expect("a straggler");
+    assert_eq!(straggler.own_cause, Some(Cause::Disk), "{}", straggler.text);
+    let other = ranks
+        .ranks
+        .iter()
+        .find(|r| r.pid != straggler.pid)
+        .expect("the other rank");
+    assert!(
+        other.nccl_wait_share
+            > 2.0
+                * ranks
+                    .ranks
+                    .iter()
+                    .find(|r| r.pid == straggler.pid)
+                    .unwrap()
+                    .nccl_wait_share,
+        "{ranks:?}"
+    );
+}
