@@ -154,7 +154,7 @@ pub fn drop_after_attach(cuda_probes: bool) -> anyhow::Result<CapsHashSet> {
 }
 
 /// What the recording still needs after attach: CAP_BPF and CAP_PERFMON to attach the loaded
-/// programs to uprobes later (a library dlopened mid-run, the launch windows: linking a program
+/// programs to uprobes later (a library dlopened mid-run, the launch probes' duty cycle: linking a program
 /// to a perf event is refused without CAP_BPF), and, while the CUDA probes are on, CAP_SYS_ADMIN:
 /// the kernels here refuse a uprobe perf event without it, CAP_PERFMON or not. Before 5.8,
 /// CAP_SYS_ADMIN stood in for CAP_BPF and CAP_PERFMON.

@@ -191,7 +191,7 @@ pub enum Record {
     },
     CudaCall(CudaCall),
     /// Kernel launches counted while the launch probes were on: they are switched on for
-    /// short windows, `probed_ns` of the interval ending at `ts_ns`, and rates scale by it.
+    /// short on-periods, `probed_ns` of the interval ending at `ts_ns`, and rates scale by it.
     Launches {
         ts_ns: u64,
         probed_ns: u64,

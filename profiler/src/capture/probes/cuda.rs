@@ -4,7 +4,7 @@
 //!
 //! Launch probes are the exception to "attached for the whole run": a uprobe costs
 //! microseconds per hit, so at tens of thousands of launches a second they are switched on
-//! for a short window out of every period, and the counts are scaled by the time they were on.
+//! for a short on-period out of every period, and the counts are scaled by the time they were on.
 use std::{
     collections::{BTreeMap, HashSet},
     os::fd::{AsFd, OwnedFd},

@@ -1,4 +1,4 @@
-//! Kernel-launch probes, switched on for a short window out of every period on a thread of
+//! Kernel-launch probes, switched on for a short on-period out of every period on a thread of
 //! their own. Removing a uprobe waits for an RCU-tasks grace period (hundreds of
 //! milliseconds on this kernel), which must not stall the session's tick.
 //!
@@ -103,7 +103,7 @@ enum Cmd {
 pub struct DutyCycle {
     tx: Option<Sender<Cmd>>,
     probed_ns: Arc<AtomicU64>,
-    /// When the open window's uncredited time starts; 0 while off.
+    /// When the open on-period's uncredited time starts; 0 while off.
     on_since: Arc<AtomicU64>,
     ended: Arc<std::sync::atomic::AtomicBool>,
     handle: Option<JoinHandle<()>>,
@@ -136,7 +136,7 @@ impl DutyCycle {
         })
     }
 
-    /// Probes `path`+`offset` in every window from now on; `cookie` names the entry point.
+    /// Probes `path`+`offset` in every on-period from now on; `cookie` names the entry point.
     pub fn add(&self, path: PathBuf, offset: u64, cookie: u64) {
         if let Some(tx) = &self.tx {
             let _ = tx.send(Cmd::Add(path, offset, cookie));
@@ -161,7 +161,7 @@ impl DutyCycle {
         self.take_probed_ns() + open
     }
 
-    /// Closes the window and waits for the probes to be gone.
+    /// Ends the on-period and waits for the probes to be gone.
     pub fn stop(&mut self) {
         self.tx.take();
         if let Some(h) = self.handle.take() {
@@ -181,7 +181,7 @@ struct Shared {
     probed: Arc<AtomicU64>,
     /// When the probes were last switched on (or last credited, while on); 0 while off.
     on_since: Arc<AtomicU64>,
-    /// The recording ended: no more windows, no more credit.
+    /// The recording ended: no more on-periods, no more credit.
     ended: Arc<std::sync::atomic::AtomicBool>,
 }
 
@@ -238,7 +238,7 @@ impl Worker {
 
     fn switch_off(&mut self) {
         // The breakpoints go at the start of each close; the grace period after it costs
-        // the job nothing, so the window ends before it.
+        // the job nothing, so the on-period ends before it.
         self.account();
         self.shared.on_since.store(0, Ordering::SeqCst);
         self.open.clear();
@@ -280,7 +280,7 @@ fn run(pmu: u32, prog: OwnedFd, on: Duration, period: Duration, rx: Receiver<Cmd
     let mut cycle = Instant::now();
     loop {
         if w.targets.is_empty() {
-            // Nothing to probe yet: the first window opens as soon as a library comes.
+            // Nothing to probe yet: the first on-period starts as soon as a library comes.
             if !w.wait_until(Instant::now() + Duration::from_millis(20)) {
                 break;
             }
@@ -296,7 +296,7 @@ fn run(pmu: u32, prog: OwnedFd, on: Duration, period: Duration, rx: Receiver<Cmd
             w.switch_on();
         }
         if on >= period {
-            // Always on: a window per period would pay a grace period for nothing.
+            // Always on: an on-period per period would pay a grace period for nothing.
             while w.wait_until(Instant::now() + period) {
                 if !w.is_on() && !w.targets.is_empty() {
                     w.switch_on();
@@ -310,7 +310,7 @@ fn run(pmu: u32, prog: OwnedFd, on: Duration, period: Duration, rx: Receiver<Cmd
             break;
         }
         cycle += period;
-        // Behind after a slow close: start the next window from now.
+        // Behind after a slow close: start the next on-period from now.
         if cycle + period < Instant::now() {
             cycle = Instant::now();
         }
