@@ -9,6 +9,7 @@ pub mod analysis;
 pub mod attribution;
 pub mod cuda;
 mod fxhash;
+pub mod gate;
 pub mod nvml;
 pub mod recording;
 pub mod report;

@@ -2,7 +2,7 @@
 use std::{path::PathBuf, time::Duration};
 
 use clap::{Args, Parser, Subcommand};
-use profiler_core::Format;
+use profiler_core::{Format, gate::render::GateFormat};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -21,6 +21,63 @@ pub enum Command {
     Record(RecordArgs),
     /// Analyse a recording made earlier; needs no privileges.
     Report(ReportArgs),
+    /// Compare runs against a baseline: exit 1 when a cause's share of GPU time rose.
+    #[command(long_about = DIFF_ABOUT, after_help = EXIT_CODES)]
+    Diff(DiffArgs),
+    /// Hold one run to absolute budgets: exit 1 when one is exceeded.
+    #[command(after_help = EXIT_CODES)]
+    Check(CheckArgs),
+}
+
+const DIFF_ABOUT: &str =
+    "Compare runs against a baseline: exit 1 when a cause's share of GPU time rose.
+
+Per GPU, each cause's share of GPU time (its idle time over the time NVML sampled), the idle
+share and the busy share, base against new. A share regresses when it rose by at least its
+threshold (3 percentage points unless --threshold says otherwise) and by more than 1.645
+standard errors of the difference: one-sided 95% confidence that it rose at all. Each side's
+error is the larger of the spread between its runs (a directory of repeated runs) and a
+circular block bootstrap over each run's seconds (2000 resamples, blocks of n^(1/3)
+seconds, seeded: the same inputs give the same verdict). A fall by as much is reported as an
+improvement and never fails.";
+
+const EXIT_CODES: &str = "Exit status: 0 no regression (within budget), 1 a regression (over budget), 2 a usage or \
+                          input error (an unreadable or cut-short file, a JSON report of another version, an \
+                          empty directory, runs of different GPUs); the message names the file.";
+
+#[derive(Debug, Args)]
+pub struct DiffArgs {
+    /// The baseline: a recording, a JSON report (`report --format json`), or a directory of
+    /// either (repeated runs).
+    pub base: PathBuf,
+    /// The runs to judge, in the same forms.
+    pub new: PathBuf,
+    /// Percentage points of GPU time a share must rise by to fail: CAUSE=PP, idle=PP or
+    /// any=PP (default any=3). Repeatable.
+    #[arg(long = "threshold", value_name = "NAME=PP")]
+    pub thresholds: Vec<String>,
+    #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = gate_format_parser())]
+    pub format: GateFormat,
+}
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// A recording or a JSON report.
+    pub run: PathBuf,
+    /// A TOML file of budgets: `idle = "15%"`, `dataloader_cpu = "5%"` (at most),
+    /// `busy = "80%"` (at least), `lost_events = 0` (at most).
+    #[arg(long, value_name = "FILE")]
+    pub budget: PathBuf,
+    #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = gate_format_parser())]
+    pub format: GateFormat,
+}
+
+fn gate_format_parser() -> impl clap::builder::TypedValueParser<Value = GateFormat> {
+    use clap::builder::TypedValueParser as _;
+    clap::builder::PossibleValuesParser::new(GateFormat::ALL.map(GateFormat::name)).map(|name| {
+        name.parse::<GateFormat>()
+            .expect("one of the possible values")
+    })
 }
 
 #[derive(Debug, Args)]

@@ -1,6 +1,7 @@
 //! stallscope: attaches to a training job's process tree and explains where its time goes.
 mod capture;
 mod cli;
+mod gate;
 mod output;
 mod owner;
 mod privileges;
@@ -12,15 +13,18 @@ use clap::Parser as _;
 fn main() {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let cli = cli::Cli::parse();
-    let result = match cli.command {
-        cli::Command::Record(args) => recorder::run(args),
-        cli::Command::Report(args) => output::render_many(&args.files, &args.out).map(|()| 0),
+    // diff and check promise 2 for every error, their 1 meaning a regression.
+    let (result, error_code) = match cli.command {
+        cli::Command::Record(args) => (recorder::run(args), 1),
+        cli::Command::Report(args) => (output::render_many(&args.files, &args.out).map(|()| 0), 1),
+        cli::Command::Diff(args) => (gate::run_diff(&args), 2),
+        cli::Command::Check(args) => (gate::run_check(&args), 2),
     };
     match result {
         Ok(code) => std::process::exit(code),
         Err(e) => {
             eprintln!("stallscope: error: {e:#}");
-            std::process::exit(1);
+            std::process::exit(error_code);
         }
     }
 }

@@ -55,12 +55,16 @@ pub struct CauseEvidence {
 }
 
 /// The dominant cause of one second of the recording.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct SecondLabel {
     pub start_ns: u64,
     pub idle_ns: u64,
     /// `None` when the GPU idled less than a tenth of that second.
     pub cause: Option<Cause>,
+    /// Time in that second covered by utilization samples.
+    pub observed_ns: u64,
+    /// Its idle time by cause: what `diff` resamples to measure a run's own noise.
+    pub idle_by_cause: BTreeMap<Cause, u64>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
@@ -306,7 +310,13 @@ fn cause_evidence(
 
 fn seconds(start_ns: u64, windows: &[(u64, u64, u64, Cause)]) -> Vec<SecondLabel> {
     const SEC: u64 = 1_000_000_000;
-    let mut by_sec: BTreeMap<u64, BTreeMap<Cause, u64>> = BTreeMap::new();
+    /// One second's observed time and idle time by cause.
+    #[derive(Default)]
+    struct Second {
+        observed_ns: u64,
+        idle: BTreeMap<Cause, u64>,
+    }
+    let mut by_sec: BTreeMap<u64, Second> = BTreeMap::new();
     for &(ws, we, idle, cause) in windows {
         if we <= ws {
             continue;
@@ -319,21 +329,25 @@ fn seconds(start_ns: u64, windows: &[(u64, u64, u64, Cause)]) -> Vec<SecondLabel
             let sec_end = start_ns.saturating_add((sec + 1).saturating_mul(SEC));
             let part_end = we.min(sec_end);
             let part = idle as u128 * (part_end - t) as u128 / (we - ws) as u128;
-            *by_sec.entry(sec).or_default().entry(cause).or_default() += part as u64;
+            let second = by_sec.entry(sec).or_default();
+            second.observed_ns = second.observed_ns.saturating_add(part_end - t);
+            *second.idle.entry(cause).or_default() += part as u64;
             t = part_end;
         }
     }
     by_sec
         .into_iter()
-        .map(|(sec, causes)| {
-            let idle_ns: u64 = causes.values().sum();
-            let top = causes
+        .map(|(sec, Second { observed_ns, idle })| {
+            let idle_ns: u64 = idle.values().sum();
+            let top = idle
                 .iter()
                 .max_by_key(|(c, ns)| (**ns, std::cmp::Reverse(**c)));
             SecondLabel {
                 start_ns: start_ns + sec * SEC,
                 idle_ns,
                 cause: top.filter(|_| idle_ns >= SEC / 10).map(|(c, _)| *c),
+                observed_ns,
+                idle_by_cause: idle.into_iter().filter(|(_, ns)| *ns > 0).collect(),
             }
         })
         .collect()

@@ -1,0 +1,219 @@
+//! The gate's verdicts as text for a terminal, Markdown for a pull-request comment or
+//! `$GITHUB_STEP_SUMMARY`, and JSON for scripts.
+use std::io::{self, Write};
+
+use super::check::{Bound, CheckReport};
+use super::diff::{Change, DiffReport, Row};
+
+/// The formats of `diff` and `check`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum GateFormat {
+    #[default]
+    Text,
+    Json,
+    Markdown,
+}
+
+impl GateFormat {
+    pub const ALL: [GateFormat; 3] = [GateFormat::Text, GateFormat::Json, GateFormat::Markdown];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            GateFormat::Text => "text",
+            GateFormat::Json => "json",
+            GateFormat::Markdown => "markdown",
+        }
+    }
+}
+
+impl std::str::FromStr for GateFormat {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        GateFormat::ALL
+            .into_iter()
+            .find(|f| f.name() == s)
+            .ok_or_else(|| format!("unknown format {s:?}; one of: text, json, markdown"))
+    }
+}
+
+fn pct(share: f64) -> String {
+    format!("{:.1}%", share * 100.0)
+}
+
+fn pp(delta: f64) -> String {
+    format!("{:+.1}", delta * 100.0)
+}
+
+fn verdict(c: Change) -> &'static str {
+    match c {
+        Change::Regression => "REGRESSION",
+        Change::Improvement => "improved",
+        Change::Unchanged => "unchanged",
+        Change::Worse => "lower",
+        Change::Better => "higher",
+    }
+}
+
+fn files(f: &[String]) -> String {
+    match f {
+        [one] => one.clone(),
+        many => format!("{} runs ({} ...)", many.len(), many[0]),
+    }
+}
+
+fn summary(d: &DiffReport) -> String {
+    if d.regressions == 0 {
+        "no regression".to_owned()
+    } else {
+        let names: Vec<String> = d
+            .regressed()
+            .map(|r| format!("{} on GPU {}", r.metric, r.gpu))
+            .collect();
+        format!("{} regression(s): {}", d.regressions, names.join(", "))
+    }
+}
+
+pub fn write_diff(d: &DiffReport, format: GateFormat, w: &mut dyn Write) -> io::Result<()> {
+    match format {
+        GateFormat::Json => {
+            serde_json::to_writer_pretty(&mut *w, d)?;
+            writeln!(w)
+        }
+        GateFormat::Text => {
+            writeln!(w, "base: {}", files(&d.base))?;
+            writeln!(w, "new:  {}", files(&d.new))?;
+            writeln!(
+                w,
+                "{:>3}  {:<20} {:>7} {:>7} {:>7} {:>7} {:>6}  verdict",
+                "GPU", "share of GPU time", "base", "new", "delta", "noise", "limit"
+            )?;
+            for r in &d.rows {
+                writeln!(
+                    w,
+                    "{:>3}  {:<20} {:>7} {:>7} {:>7} {:>7} {:>6}  {}",
+                    r.gpu,
+                    r.metric,
+                    pct(r.base),
+                    pct(r.new),
+                    pp(r.delta),
+                    format!("±{:.1}", r.noise * 100.0),
+                    limit(r),
+                    verdict(r.change)
+                )?;
+            }
+            writeln!(w, "{}", summary(d))?;
+            writeln!(w, "method: {}", d.method)
+        }
+        GateFormat::Markdown => {
+            writeln!(w, "### stallscope diff: {}", summary(d))?;
+            writeln!(w)?;
+            writeln!(
+                w,
+                "Base `{}` against new `{}`.",
+                files(&d.base),
+                files(&d.new)
+            )?;
+            writeln!(w)?;
+            writeln!(
+                w,
+                "| GPU | share of GPU time | base | new | delta (pp) | noise (pp) | limit (pp) | verdict |"
+            )?;
+            writeln!(w, "|---:|---|---:|---:|---:|---:|---:|---|")?;
+            for r in &d.rows {
+                let v = verdict(r.change);
+                writeln!(
+                    w,
+                    "| {} | `{}` | {} | {} | {} | ±{:.1} | {} | {} |",
+                    r.gpu,
+                    r.metric,
+                    pct(r.base),
+                    pct(r.new),
+                    pp(r.delta),
+                    r.noise * 100.0,
+                    limit(r),
+                    if r.change == Change::Regression {
+                        format!("**{v}**")
+                    } else {
+                        v.to_owned()
+                    }
+                )?;
+            }
+            writeln!(w)?;
+            writeln!(w, "<sub>{}</sub>", d.method)
+        }
+    }
+}
+
+fn limit(r: &Row) -> String {
+    if r.metric == super::diff::BUSY {
+        "-".into()
+    } else {
+        format!("{:.1}", r.threshold * 100.0)
+    }
+}
+
+fn bound(b: Bound) -> String {
+    match b {
+        Bound::AtMost(s) => format!("≤ {}", pct(s)),
+        Bound::AtLeast(s) => format!("≥ {}", pct(s)),
+        Bound::CountAtMost(n) => format!("≤ {n}"),
+    }
+}
+
+fn value(b: Bound, v: f64) -> String {
+    match b {
+        Bound::CountAtMost(_) => format!("{v:.0}"),
+        _ => pct(v),
+    }
+}
+
+pub fn write_check(c: &CheckReport, format: GateFormat, w: &mut dyn Write) -> io::Result<()> {
+    let summary = if c.failures == 0 {
+        "within budget".to_owned()
+    } else {
+        format!("{} budget(s) exceeded", c.failures)
+    };
+    let gpu = |g: Option<u32>| g.map_or("-".to_owned(), |g| g.to_string());
+    match format {
+        GateFormat::Json => {
+            serde_json::to_writer_pretty(&mut *w, c)?;
+            writeln!(w)
+        }
+        GateFormat::Text => {
+            writeln!(w, "run: {}  budget: {}", c.run, c.budget)?;
+            for r in &c.rows {
+                writeln!(
+                    w,
+                    "{:>3}  {:<20} {:>8}  {:<8} {}",
+                    gpu(r.gpu),
+                    r.name,
+                    value(r.bound, r.value),
+                    bound(r.bound),
+                    if r.pass { "ok" } else { "OVER BUDGET" }
+                )?;
+            }
+            writeln!(w, "{summary}")
+        }
+        GateFormat::Markdown => {
+            writeln!(w, "### stallscope check: {summary}")?;
+            writeln!(w)?;
+            writeln!(w, "Run `{}` against budget `{}`.", c.run, c.budget)?;
+            writeln!(w)?;
+            writeln!(w, "| GPU | budget | value | limit | verdict |")?;
+            writeln!(w, "|---:|---|---:|---:|---|")?;
+            for r in &c.rows {
+                writeln!(
+                    w,
+                    "| {} | `{}` | {} | {} | {} |",
+                    gpu(r.gpu),
+                    r.name,
+                    value(r.bound, r.value),
+                    bound(r.bound),
+                    if r.pass { "ok" } else { "**over budget**" }
+                )?;
+            }
+            Ok(())
+        }
+    }
+}
