@@ -58,6 +58,13 @@ pub struct DiffArgs {
     pub thresholds: Vec<String>,
     #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = gate_format_parser())]
     pub format: GateFormat,
+    /// Where to write a differential flame graph per regressed cause, where both sides'
+    /// first runs are recordings (default: beside NEW).
+    #[arg(long, value_name = "DIR")]
+    pub flamegraph_dir: Option<PathBuf>,
+    /// Write no differential flame graphs.
+    #[arg(long, conflicts_with = "flamegraph_dir")]
+    pub no_flamegraphs: bool,
 }
 
 #[derive(Debug, Args)]

@@ -1,10 +1,14 @@
 //! `stallscope diff` and `stallscope check`: the regression gate on the command line. Every
 //! input is read into a [`Run`] through the JSON report, so a recording and a kept JSON
 //! baseline are the same input; what is compared and decided lives in `profiler_core::gate`.
-use std::path::{Path, PathBuf};
+use std::{
+    io::Write as _,
+    path::{Path, PathBuf},
+};
 
 use anyhow::Context as _;
 use profiler_core::{
+    attribution::{Cause, Stacks},
     gate::{
         check::{Budget, check},
         diff::{Thresholds, diff},
@@ -13,10 +17,13 @@ use profiler_core::{
     },
     load_reader,
     recording::format::MAGIC,
-    report::json::to_json_value,
+    report::{flamegraph, json::to_json_value},
 };
 
-use crate::cli::{CheckArgs, DiffArgs};
+use crate::{
+    cli::{CheckArgs, DiffArgs},
+    owner,
+};
 
 /// One run from a recording or a JSON report.
 fn read_run(path: &Path) -> Result<Run, InputError> {
@@ -78,7 +85,75 @@ pub fn run_diff(args: &DiffArgs) -> anyhow::Result<i32> {
     let report = diff(&base, &new, &thresholds)?;
     let mut stdout = std::io::stdout().lock();
     write_diff(&report, args.format, &mut stdout).context("writing the diff")?;
+    drop(stdout);
+    if !args.no_flamegraphs {
+        let causes: Vec<&str> = report.changes.iter().map(|c| c.cause.as_str()).collect();
+        for path in differential_graphs(&base, &new, &causes, args)? {
+            eprintln!("stallscope: wrote {}", path.display());
+        }
+    }
     Ok(report.exit_code())
+}
+
+/// A recording's folded stacks behind `cause`; `None` for a JSON report, which has none.
+fn cause_lines(path: &Path, cause: Cause) -> anyhow::Result<Option<Vec<String>>> {
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    if !bytes.starts_with(&MAGIC) {
+        return Ok(None);
+    }
+    let (folded, _) =
+        load_reader(&bytes[..]).with_context(|| format!("cannot read {}", path.display()))?;
+    let attribution = folded.attribute();
+    let stacks = flamegraph::cause_stacks(&folded.timed, attribution.as_ref(), cause);
+    Ok(Some(flamegraph::cause_lines(&folded.analysis, &stacks).0))
+}
+
+/// For each regressed cause, a differential flame graph of its stacks, the first base run
+/// against the first new one, where both are recordings.
+fn differential_graphs(
+    base: &[Run],
+    new: &[Run],
+    causes: &[&str],
+    args: &DiffArgs,
+) -> anyhow::Result<Vec<PathBuf>> {
+    let dir = args.flamegraph_dir.clone().unwrap_or_else(|| {
+        if args.new.is_dir() {
+            args.new.clone()
+        } else {
+            args.new.parent().map(Path::to_path_buf).unwrap_or_default()
+        }
+    });
+    let mut written = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    for &name in causes {
+        let Some(cause) = Cause::from_name(name).filter(|_| seen.insert(name)) else {
+            continue;
+        };
+        let (Some(before), Some(after)) = (
+            cause_lines(Path::new(&base[0].file), cause)?,
+            cause_lines(Path::new(&new[0].file), cause)?,
+        ) else {
+            continue;
+        };
+        if after.is_empty() {
+            continue;
+        }
+        std::fs::create_dir_all(&dir)
+            .with_context(|| format!("cannot create {}", dir.display()))?;
+        let path = dir.join(format!("stallscope-diff.{name}.svg"));
+        let unit = if cause.spec().stacks == Stacks::IoWait {
+            "us"
+        } else {
+            "samples"
+        };
+        let title = format!("{name}: new against base (red: a larger share)");
+        let mut w = std::io::BufWriter::new(owner::create_private(&path)?);
+        flamegraph::differential_svg(&before, &after, &title, unit, &mut w)
+            .and_then(|()| w.flush())
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        written.push(path);
+    }
+    Ok(written)
 }
 
 pub fn run_check(args: &CheckArgs) -> anyhow::Result<i32> {

@@ -26,6 +26,10 @@ fn stallscope(args: &[&std::ffi::OsStr]) -> Output {
 fn diff(base: &Path, new: &Path, extra: &[&str]) -> Output {
     let mut args: Vec<&std::ffi::OsStr> = vec!["diff".as_ref(), base.as_os_str(), new.as_os_str()];
     args.extend(extra.iter().map(std::ffi::OsStr::new));
+    // Not beside NEW, which is in the source tree.
+    if !extra.contains(&"--flamegraph-dir") {
+        args.push("--no-flamegraphs".as_ref());
+    }
     stallscope(&args)
 }
 
@@ -97,9 +101,33 @@ fn the_same_run_twice_exits_0_with_every_delta_zero() {
 #[test]
 fn a_new_cause_is_a_regression_named_in_every_format() {
     let (base, new) = (recording("host-compute"), recording("dataloader-cpu"));
-    let out = diff(&base, &new, &["--format", "json"]);
+    let dir = Scratch::new("gate-regression");
+    let graphs = dir.join("graphs");
+    let graphs_arg = graphs.display().to_string();
+    let out = diff(
+        &base,
+        &new,
+        &["--format", "json", "--flamegraph-dir", &graphs_arg],
+    );
     assert_eq!(out.status.code(), Some(1));
     let v = json_of(&out);
+    // What changed: the workers' stacks and time behind the new cause, and its graph.
+    let change = &v["changes"][0];
+    assert_eq!(change["cause"], "dataloader_cpu", "{v}");
+    assert_eq!(
+        change["threads"][0]["what"], "worker pt_data_worker",
+        "{change}"
+    );
+    assert!(
+        change["stacks"][0]["new"].as_f64().unwrap() > 0.0,
+        "{change}"
+    );
+    let svg = std::fs::read_to_string(graphs.join("stallscope-diff.dataloader_cpu.svg"))
+        .expect("a differential flame graph of the regressed cause");
+    assert!(
+        svg.starts_with("<?xml") && svg.contains("burn_cpu"),
+        "{svg}"
+    );
     let rows = verdicts(&v);
     assert!(
         rows.contains(&("dataloader_cpu".into(), "regression".into())),

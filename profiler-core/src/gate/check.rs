@@ -200,6 +200,7 @@ mod tests {
                 ..GpuRun::default()
             }],
             lost_events: 3,
+            ..Run::default()
         }
     }
 

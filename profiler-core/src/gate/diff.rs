@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
+use super::evidence::{CauseChange, changes};
 use super::input::{GpuRun, InputError, Run};
 use super::noise::{Z_95, combine, ratio_se};
 use crate::attribution::Cause;
@@ -106,6 +107,8 @@ pub struct DiffReport {
     pub new: Vec<String>,
     pub rows: Vec<Row>,
     pub regressions: usize,
+    /// What changed behind each regressed cause.
+    pub changes: Vec<CauseChange>,
     pub method: &'static str,
 }
 
@@ -206,6 +209,7 @@ pub fn diff(base: &[Run], new: &[Run], thresholds: &Thresholds) -> Result<DiffRe
     }
     check_gpus(base, new)?;
     let mut rows = Vec::new();
+    let mut regressed_causes = Vec::new();
     for (i, g) in base[0].gpus.iter().enumerate() {
         let causes: BTreeSet<&str> = base
             .iter()
@@ -233,6 +237,9 @@ pub fn diff(base: &[Run], new: &[Run], thresholds: &Thresholds) -> Result<DiffRe
                 (true, _, true) => Change::Worse,
                 _ => Change::Unchanged,
             };
+            if change == Change::Regression && metric != IDLE {
+                regressed_causes.push((i, metric.to_owned()));
+            }
             rows.push(Row {
                 gpu: g.index,
                 metric: metric.to_owned(),
@@ -254,6 +261,7 @@ pub fn diff(base: &[Run], new: &[Run], thresholds: &Thresholds) -> Result<DiffRe
         new: new.iter().map(|r| r.file.clone()).collect(),
         rows,
         regressions,
+        changes: changes(base, new, &regressed_causes),
         method: METHOD,
     })
 }
@@ -283,8 +291,9 @@ mod tests {
                 busy_ns: secs as u64 * SEC - idle_ns,
                 idle_by_cause: BTreeMap::from([(cause.to_owned(), idle_ns)]),
                 seconds,
+                evidence: BTreeMap::new(),
             }],
-            lost_events: 0,
+            ..Run::default()
         }
     }
 

@@ -40,6 +40,8 @@ pub struct GpuRun {
     pub busy_ns: u64,
     pub idle_by_cause: BTreeMap<String, u64>,
     pub seconds: Vec<Second>,
+    /// Each cause's evidence over all its windows, as the JSON report has it.
+    pub evidence: BTreeMap<String, Value>,
 }
 
 /// One run: a recording or a JSON report.
@@ -50,6 +52,9 @@ pub struct Run {
     /// By NVML index.
     pub gpus: Vec<GpuRun>,
     pub lost_events: u64,
+    pub duration_ns: u64,
+    /// Bytes that missed the page cache, per file.
+    pub files: BTreeMap<String, u64>,
 }
 
 fn u64_at(v: &Value, key: &str, file: &str, what: &str) -> Result<u64, InputError> {
@@ -129,6 +134,13 @@ impl Run {
                 busy_ns: u64_at(g, "busy_ns", file, &what)?,
                 idle_by_cause: by_cause(g, "idle_by_cause", file, &what)?,
                 seconds,
+                evidence: g
+                    .get("causes")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|c| Some((c["cause"].as_str()?.to_owned(), c["evidence"].clone())))
+                    .collect(),
             });
         }
         out.sort_by_key(|g| g.index);
@@ -139,6 +151,20 @@ impl Run {
                 .get("lost_events")
                 .and_then(Value::as_u64)
                 .unwrap_or(0),
+            duration_ns: report
+                .get("duration_ns")
+                .and_then(Value::as_u64)
+                .unwrap_or(0),
+            files: report
+                .get("page_cache_files")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(|f| Some((f["name"].as_str()?.to_owned(), f["bytes"].as_u64()?)))
+                .fold(BTreeMap::new(), |mut m, (name, bytes)| {
+                    *m.entry(name).or_default() += bytes;
+                    m
+                }),
         })
     }
 }

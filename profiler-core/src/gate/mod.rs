@@ -3,6 +3,7 @@
 //! ([`input::Run::from_json`]), so a recording and a kept JSON baseline are the same input.
 pub mod check;
 pub mod diff;
+pub mod evidence;
 pub mod input;
 pub mod noise;
 pub mod render;

@@ -4,6 +4,7 @@ use std::io::{self, Write};
 
 use super::check::{Bound, CheckReport};
 use super::diff::{Change, DiffReport, Row};
+use super::evidence::{CauseChange, Moved};
 
 /// The formats of `diff` and `check`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -103,6 +104,20 @@ pub fn write_diff(d: &DiffReport, format: GateFormat, w: &mut dyn Write) -> io::
                 )?;
             }
             writeln!(w, "{}", summary(d))?;
+            for c in &d.changes {
+                writeln!(w, "what changed behind {} on GPU {}:", c.cause, c.gpu)?;
+                for (kind, list) in moved_lists(c) {
+                    for m in list {
+                        writeln!(
+                            w,
+                            "  {kind} {}: {} -> {}",
+                            m.what,
+                            amount(m, m.base),
+                            amount(m, m.new)
+                        )?;
+                    }
+                }
+            }
             writeln!(w, "method: {}", d.method)
         }
         GateFormat::Markdown => {
@@ -139,9 +154,45 @@ pub fn write_diff(d: &DiffReport, format: GateFormat, w: &mut dyn Write) -> io::
                     }
                 )?;
             }
+            for c in &d.changes {
+                writeln!(w)?;
+                writeln!(w, "**What changed behind `{}` on GPU {}**", c.cause, c.gpu)?;
+                writeln!(w)?;
+                writeln!(w, "| | what | base | new |")?;
+                writeln!(w, "|---|---|---:|---:|")?;
+                for (kind, list) in moved_lists(c) {
+                    for m in list {
+                        writeln!(
+                            w,
+                            "| {kind} | `{}` | {} | {} |",
+                            m.what.replace('|', "\\|"),
+                            amount(m, m.base),
+                            amount(m, m.new)
+                        )?;
+                    }
+                }
+            }
             writeln!(w)?;
             writeln!(w, "<sub>{}</sub>", d.method)
         }
+    }
+}
+
+fn moved_lists(c: &CauseChange) -> [(&'static str, &[Moved]); 4] {
+    [
+        ("stack", &c.stacks),
+        ("thread", &c.threads),
+        ("call", &c.calls),
+        ("file", &c.files),
+    ]
+}
+
+fn amount(m: &Moved, v: f64) -> String {
+    match m.unit {
+        "share" => pct(v),
+        "s/s" => format!("{:.0} ms/s", v * 1000.0),
+        "B/s" => format!("{:.1} MB/s", v / 1e6),
+        other => format!("{v:.3} {other}"),
     }
 }
 

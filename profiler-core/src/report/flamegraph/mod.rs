@@ -92,6 +92,66 @@ fn render_svg<W: Write>(
     flamegraph::from_lines(&mut options, lines.iter().map(String::as_str), w)
 }
 
+/// A folded line with the process and thread IDs taken out of its first two frames
+/// (`python (1234)` → `python`): another run's IDs differ, its stacks should still match.
+pub fn without_ids(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    for (i, frame) in line.split(';').enumerate() {
+        if i > 0 {
+            out.push(';');
+        }
+        let bare = (i < 2)
+            .then(|| {
+                let (name, id) = frame.rsplit_once(" (")?;
+                // The last frame also holds the count after its closing parenthesis.
+                let (digits, rest) = id.split_once(')')?;
+                digits
+                    .bytes()
+                    .all(|b| b.is_ascii_digit())
+                    .then(|| format!("{name}{rest}"))
+            })
+            .flatten();
+        out.push_str(bare.as_deref().unwrap_or(frame));
+    }
+    out
+}
+
+/// A differential flame graph (inferno's): the new run's stacks, coloured by how their
+/// share changed from the base run's, red for more. Both sides are normalised to the same
+/// total, so the colours show shares, not run lengths.
+pub fn differential_svg<W: Write>(
+    before: &[String],
+    after: &[String],
+    title: &str,
+    count_name: &str,
+    w: W,
+) -> io::Result<()> {
+    let join = |lines: &[String]| -> Vec<u8> {
+        let mut out = Vec::new();
+        for l in lines {
+            out.extend_from_slice(without_ids(l).as_bytes());
+            out.push(b'\n');
+        }
+        out
+    };
+    let mut diffed = Vec::new();
+    inferno::differential::from_readers(
+        inferno::differential::Options {
+            normalize: true,
+            strip_hex: false,
+        },
+        &join(before)[..],
+        &join(after)[..],
+        &mut diffed,
+    )?;
+    let mut lines: Vec<String> = String::from_utf8_lossy(&diffed)
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    lines.sort();
+    render_svg(&lines, title, count_name, w, false)
+}
+
 /// The on-CPU flame graph of an analysis.
 pub fn on_cpu_svg<W: Write>(a: &Analysis, w: W) -> io::Result<()> {
     flamegraph_svg(&on_cpu_folded(a), "On-CPU", "samples", w)
@@ -333,6 +393,41 @@ pub fn cause_lines(a: &Analysis, stacks: &CauseStacks) -> (Vec<String>, &'static
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ids_leave_the_process_and_thread_frames_only() {
+        assert_eq!(
+            without_ids("python (12);worker (13);f (1);g 7"),
+            "python;worker;f (1);g 7"
+        );
+        assert_eq!(without_ids("python (12);worker (13) 7"), "python;worker 7");
+        assert_eq!(without_ids("a (x);b 3"), "a (x);b 3");
+    }
+
+    #[test]
+    fn a_differential_graph_colours_the_stack_that_grew() {
+        let before = vec![
+            "p (1);t (1);decode 50".to_owned(),
+            "p (1);t (1);resize 50".to_owned(),
+        ];
+        let after = vec![
+            "p (2);t (2);decode 90".to_owned(),
+            "p (2);t (2);resize 10".to_owned(),
+        ];
+        let mut svg = Vec::new();
+        differential_svg(&before, &after, "diff", "samples", &mut svg).unwrap();
+        let svg = String::from_utf8(svg).unwrap();
+        assert!(svg.contains("decode") && svg.contains("resize"), "{svg}");
+        // inferno labels each frame's change of share in its tooltip.
+        assert!(
+            svg.contains("<title>decode (90 samples, 90.00%; +40.00%)</title>"),
+            "{svg}"
+        );
+        assert!(
+            svg.contains("<title>resize (10 samples, 10.00%; -40.00%)</title>"),
+            "{svg}"
+        );
+    }
 
     #[test]
     fn sanitizes_separators() {
