@@ -5,6 +5,7 @@ pub mod bench;
 pub mod cpu;
 pub mod cuda;
 pub mod demo;
+pub mod gate_runs;
 pub mod io;
 pub mod reruns;
 pub mod sys;

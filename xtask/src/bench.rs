@@ -1,6 +1,7 @@
 //! Benchmarks. `overhead` measures what attaching stallscope costs a workload, next to peer
 //! tracers on the same workloads, and prints a markdown table with the targets on stdout.
 mod analyze;
+mod gate;
 mod overhead;
 mod peers;
 mod proc;
@@ -66,6 +67,9 @@ pub struct BenchArgs {
     /// How long `soak` traces.
     #[arg(long, default_value_t = 10.0)]
     pub minutes: f64,
+    /// Pairs of runs of each kind `gate` compares.
+    #[arg(long, default_value_t = 20)]
+    pub pairs: usize,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -78,6 +82,9 @@ pub enum Which {
     /// stallscope tracing stallgen's phases and a thread churn for `--minutes`: RSS,
     /// descriptors, kernel map entries and dropped events at the start and at the end.
     Soak,
+    /// `stallscope diff` over `--pairs` pairs of runs: false alarms between healthy runs, and
+    /// regressions of ~5 points of `dataloader_cpu`, `disk` and `pinned_memory_copy` found.
+    Gate,
 }
 
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
@@ -94,6 +101,12 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
                 crate::build().context("building stallscope (skip with --no-build)")?;
             }
             soak::soak(args.minutes)
+        }
+        Which::Gate => {
+            if !args.no_build {
+                crate::build().context("building stallscope (skip with --no-build)")?;
+            }
+            gate::gate(args.pairs)
         }
     }
 }

@@ -90,6 +90,10 @@ pub enum Change {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Row {
     pub gpu: u32,
+    /// The NCCL rank on that GPU when every run names the ranks: runs are then matched by
+    /// rank, whichever GPU it ran on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rank: Option<u32>,
     pub metric: String,
     pub base: f64,
     pub new: f64,
@@ -171,8 +175,23 @@ fn side(runs: &[Run], i: usize, metric: &str) -> (f64, f64) {
     combine(&each)
 }
 
-/// Every run of both sides must have the same GPUs as the first base run.
-fn check_gpus(base: &[Run], new: &[Run]) -> Result<(), InputError> {
+/// What GPUs are matched by across runs: the ranks when every GPU of every run names one,
+/// else the NVML indices.
+fn keys(r: &Run, by_rank: bool) -> Vec<u32> {
+    r.gpus
+        .iter()
+        .map(|g| {
+            if by_rank {
+                g.rank.unwrap_or(u32::MAX)
+            } else {
+                g.index
+            }
+        })
+        .collect()
+}
+
+/// Every run of both sides must have the same GPUs (or ranks) as the first base run.
+fn check_gpus(base: &[Run], new: &[Run], by_rank: bool) -> Result<(), InputError> {
     let first = base
         .first()
         .or(new.first())
@@ -183,16 +202,16 @@ fn check_gpus(base: &[Run], new: &[Run]) -> Result<(), InputError> {
             "has no GPU utilization samples: nothing to compare",
         ));
     }
+    let what = if by_rank { "ranks" } else { "GPUs" };
     for r in base.iter().chain(new) {
-        let indices = |r: &Run| r.gpus.iter().map(|g| g.index).collect::<Vec<_>>();
-        if indices(r) != indices(first) {
+        if keys(r, by_rank) != keys(first, by_rank) {
             return Err(InputError::new(
                 &r.file,
                 format!(
-                    "has GPUs {:?}, {} has {:?}: runs of different GPUs cannot be compared",
-                    indices(r),
+                    "has {what} {:?}, {} has {:?}: runs of different {what} cannot be compared",
+                    keys(r, by_rank),
                     first.file,
-                    indices(first)
+                    keys(first, by_rank)
                 ),
             ));
         }
@@ -207,7 +226,21 @@ pub fn diff(base: &[Run], new: &[Run], thresholds: &Thresholds) -> Result<DiffRe
             return Err(InputError::new(what, "no runs on this side"));
         }
     }
-    check_gpus(base, new)?;
+    let by_rank = base
+        .iter()
+        .chain(new)
+        .all(|r| !r.gpus.is_empty() && r.gpus.iter().all(|g| g.rank.is_some()));
+    let in_order = |runs: &[Run]| -> Vec<Run> {
+        let mut runs = runs.to_vec();
+        if by_rank {
+            for r in &mut runs {
+                r.gpus.sort_by_key(|g| g.rank);
+            }
+        }
+        runs
+    };
+    let (base, new) = (&in_order(base)[..], &in_order(new)[..]);
+    check_gpus(base, new, by_rank)?;
     let mut rows = Vec::new();
     let mut regressed_causes = Vec::new();
     for (i, g) in base[0].gpus.iter().enumerate() {
@@ -242,6 +275,7 @@ pub fn diff(base: &[Run], new: &[Run], thresholds: &Thresholds) -> Result<DiffRe
             }
             rows.push(Row {
                 gpu: g.index,
+                rank: g.rank.filter(|_| by_rank),
                 metric: metric.to_owned(),
                 base: b,
                 new: n,
@@ -286,6 +320,7 @@ mod tests {
             file: file.into(),
             gpus: vec![GpuRun {
                 index: 0,
+                rank: None,
                 name: "sim".into(),
                 observed_ns: secs as u64 * SEC,
                 busy_ns: secs as u64 * SEC - idle_ns,
@@ -397,5 +432,35 @@ mod tests {
         let e = diff(&[a], &[b], &Thresholds::default()).unwrap_err();
         assert_eq!(e.file, "b.rec");
         assert!(e.reason.contains("different GPUs"), "{e}");
+    }
+
+    #[test]
+    fn named_ranks_are_matched_whichever_gpu_they_ran_on() {
+        let ranked = |file: &str, ranks: [(u32, u32, f64); 2]| {
+            let mut r = run(file, 10, "nccl_wait", |_| 0.0);
+            let g = r.gpus[0].clone();
+            r.gpus = ranks
+                .iter()
+                .map(|&(index, rank, idle)| {
+                    let mut one = run(file, 10, "nccl_wait", move |_| idle).gpus.remove(0);
+                    one.index = index;
+                    one.rank = Some(rank);
+                    one.name.clone_from(&g.name);
+                    one
+                })
+                .collect();
+            r
+        };
+        // Rank 1 waits 30% in both runs; it ran on GPU 1, then on GPU 0.
+        let base = ranked("base", [(0, 0, 0.05), (1, 1, 0.30)]);
+        let new = ranked("new", [(0, 1, 0.30), (1, 0, 0.05)]);
+        let d = diff(&[base], &[new], &Thresholds::default()).unwrap();
+        assert_eq!(d.exit_code(), 0, "{d:?}");
+        assert!(
+            d.rows
+                .iter()
+                .all(|r| r.delta.abs() < 1e-9 && r.rank.is_some()),
+            "{d:?}"
+        );
     }
 }

@@ -35,6 +35,8 @@ pub struct Second {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct GpuRun {
     pub index: u32,
+    /// The NCCL rank that ran on it, when the report names one.
+    pub rank: Option<u32>,
     pub name: String,
     pub observed_ns: u64,
     pub busy_ns: u64,
@@ -123,8 +125,17 @@ impl Run {
                     })
                 })
                 .collect::<Result<Vec<_>, InputError>>()?;
+            let index = u64_at(g, "index", file, &what)? as u32;
+            let rank = report["ranks"]["ranks"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|r| r["gpu"].as_u64() == Some(u64::from(index)))
+                .and_then(|r| r["rank"].as_u64())
+                .map(|r| r as u32);
             out.push(GpuRun {
-                index: u64_at(g, "index", file, &what)? as u32,
+                index,
+                rank,
                 name: g
                     .get("name")
                     .and_then(Value::as_str)

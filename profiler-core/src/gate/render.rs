@@ -93,7 +93,7 @@ pub fn write_diff(d: &DiffReport, format: GateFormat, w: &mut dyn Write) -> io::
                 writeln!(
                     w,
                     "{:>3}  {:<20} {:>7} {:>7} {:>7} {:>7} {:>6}  {}",
-                    r.gpu,
+                    gpu_label(r),
                     r.metric,
                     pct(r.base),
                     pct(r.new),
@@ -140,7 +140,7 @@ pub fn write_diff(d: &DiffReport, format: GateFormat, w: &mut dyn Write) -> io::
                 writeln!(
                     w,
                     "| {} | `{}` | {} | {} | {} | ±{:.1} | {} | {} |",
-                    r.gpu,
+                    gpu_label(r),
                     r.metric,
                     pct(r.base),
                     pct(r.new),
@@ -193,6 +193,14 @@ fn amount(m: &Moved, v: f64) -> String {
         "s/s" => format!("{:.0} ms/s", v * 1000.0),
         "B/s" => format!("{:.1} MB/s", v / 1e6),
         other => format!("{v:.3} {other}"),
+    }
+}
+
+/// The GPU index, with the rank when runs are matched by rank.
+fn gpu_label(r: &Row) -> String {
+    match r.rank {
+        Some(rank) => format!("{} (rank {rank})", r.gpu),
+        None => r.gpu.to_string(),
     }
 }
 

@@ -227,6 +227,9 @@ fn generate(path: &Path) -> anyhow::Result<u64> {
     Ok(n)
 }
 
+/// `diff` of two recordings may take this many times one `report` of one of them.
+const DIFF_RATIO: f64 = 2.2;
+
 pub fn analyze(reps: u32) -> anyhow::Result<()> {
     let dir = root().join("target/bench");
     std::fs::create_dir_all(&dir)?;
@@ -241,7 +244,14 @@ pub fn analyze(reps: u32) -> anyhow::Result<()> {
         eprintln!("xtask: {n} records in {:.1} s", t.elapsed().as_secs_f64());
     }
     let size_mib = std::fs::metadata(&file)?.len() as f64 / (1 << 20) as f64;
+    // A second hour for `diff` to compare against (the same job, so no regression: the
+    // common case in CI, and the one without differential flame graphs to draw).
+    let other: PathBuf = dir.join("hour-8-workers-again.rec");
+    if !other.exists() {
+        std::fs::copy(&file, &other)?;
+    }
     let mut runs = Vec::new();
+    let mut diffs = Vec::new();
     for _ in 0..reps.max(1) {
         // An empty directory each time, as for a recording's first report: overwriting the
         // last run's 150 MB of graphs would add the file system's cost of freeing them.
@@ -266,6 +276,26 @@ pub fn analyze(reps: u32) -> anyhow::Result<()> {
         );
         runs.push((wall, exit.cpu_s, exit.maxrss_kib as f64 / 1024.0));
         let _ = std::fs::remove_dir_all(&out);
+        // Side by side with the report: `diff` of the two hours.
+        let started = Instant::now();
+        let mut p = Proc::spawn(
+            Command::new(release_bin("stallscope"))
+                .arg("diff")
+                .args([&file, &other])
+                .args(["--format", "json"]),
+        )?;
+        let exit = p
+            .wait_exit(Duration::from_secs(600))
+            .context("stallscope diff did not finish in 10 minutes")?;
+        anyhow::ensure!(
+            exit.success(),
+            "stallscope diff failed: {}",
+            exit.describe()
+        );
+        diffs.push((
+            started.elapsed().as_secs_f64(),
+            exit.maxrss_kib as f64 / 1024.0,
+        ));
     }
     runs.sort_by(|a, b| a.0.total_cmp(&b.0));
     let (wall, cpu, rss) = runs[runs.len() / 2];
@@ -286,9 +316,18 @@ pub fn analyze(reps: u32) -> anyhow::Result<()> {
         "- {} peak RSS ≤ {TARGET_RSS_MIB} MiB: {peak:.0} MiB",
         verdict(peak <= TARGET_RSS_MIB)
     );
+    diffs.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let (diff_wall, _) = diffs[diffs.len() / 2];
+    let diff_rss = diffs.iter().map(|d| d.1).fold(0.0, f64::max);
+    let ratio = diff_wall / wall;
     println!(
-        "Each run writes the JSON report and every flame graph and folded file into an empty \
-         directory."
+        "- {} `diff` of two such hours ≤ {DIFF_RATIO}× one report: {diff_wall:.2} s, {ratio:.2}× \
+         (peak RSS {diff_rss:.0} MiB), run after each report",
+        verdict(ratio <= DIFF_RATIO)
+    );
+    println!(
+        "Each report run writes the JSON report and every flame graph and folded file into an \
+         empty directory."
     );
     Ok(())
 }
