@@ -56,7 +56,7 @@ pub struct DiffArgs {
     /// any=PP (default any=3). Repeatable.
     #[arg(long = "threshold", value_name = "NAME=PP")]
     pub thresholds: Vec<String>,
-    #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = gate_format_parser())]
+    #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = one_of::<GateFormat, 3>(GateFormat::ALL.map(GateFormat::name)))]
     pub format: GateFormat,
     /// Where to write a differential flame graph per regressed cause, where both sides'
     /// first runs are recordings (default: beside NEW).
@@ -75,16 +75,8 @@ pub struct CheckArgs {
     /// `busy = "80%"` (at least), `lost_events = 0` (at most).
     #[arg(long, value_name = "FILE")]
     pub budget: PathBuf,
-    #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = gate_format_parser())]
+    #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = one_of::<GateFormat, 3>(GateFormat::ALL.map(GateFormat::name)))]
     pub format: GateFormat,
-}
-
-fn gate_format_parser() -> impl clap::builder::TypedValueParser<Value = GateFormat> {
-    use clap::builder::TypedValueParser as _;
-    clap::builder::PossibleValuesParser::new(GateFormat::ALL.map(GateFormat::name)).map(|name| {
-        name.parse::<GateFormat>()
-            .expect("one of the possible values")
-    })
 }
 
 #[derive(Debug, Args)]
@@ -94,7 +86,7 @@ pub struct OutputArgs {
         long,
         value_name = "FORMAT",
         default_value = "text",
-        value_parser = format_parser(),
+        value_parser = one_of::<Format, 2>(Format::ALL.map(Format::name)),
     )]
     pub format: Format,
     /// The same as --format json.
@@ -179,10 +171,18 @@ impl OutputArgs {
     }
 }
 
-fn format_parser() -> impl clap::builder::TypedValueParser<Value = Format> {
+/// A parser for one of a format's `names`, listed in `--help`, into what `FromStr` makes of it.
+fn one_of<T, const N: usize>(
+    names: [&'static str; N],
+) -> impl clap::builder::TypedValueParser<Value = T>
+where
+    T: std::str::FromStr + Clone + Send + Sync + 'static,
+{
     use clap::builder::TypedValueParser as _;
-    clap::builder::PossibleValuesParser::new(Format::ALL.map(Format::name))
-        .map(|name| name.parse::<Format>().expect("one of the possible values"))
+    clap::builder::PossibleValuesParser::new(names).map(|name| {
+        name.parse::<T>()
+            .unwrap_or_else(|_| unreachable!("{name} is one of the possible values"))
+    })
 }
 
 /// Parses `30s`, `2m`, `500ms`, `1h` or a bare number of seconds.

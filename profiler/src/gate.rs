@@ -17,7 +17,7 @@ use profiler_core::{
     },
     load_reader,
     recording::format::MAGIC,
-    report::{flamegraph, json::to_json_value},
+    report::flamegraph,
 };
 
 use crate::{
@@ -44,7 +44,7 @@ fn read_run(path: &Path) -> Result<Run, InputError> {
             ));
         }
         let analyzed = folded.analyzed(load);
-        return Run::from_json(&to_json_value(&analyzed.report()), &file);
+        return Run::from_report(&analyzed.report(), &file);
     }
     let json: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| {
         InputError::new(

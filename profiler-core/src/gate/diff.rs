@@ -5,6 +5,7 @@
 //! least the threshold (3 points of GPU time unless told otherwise) *and* by more than
 //! `Z_95` standard errors of the difference: one-sided 95% confidence that it rose at all.
 //! A fall by as much is an improvement, reported and never failed.
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
@@ -220,7 +221,11 @@ fn check_gpus(base: &[Run], new: &[Run], by_rank: bool) -> Result<(), InputError
 }
 
 /// Compares the new runs against the base runs.
-pub fn diff(base: &[Run], new: &[Run], thresholds: &Thresholds) -> Result<DiffReport, InputError> {
+pub fn diff<'a>(
+    base: &'a [Run],
+    new: &'a [Run],
+    thresholds: &Thresholds,
+) -> Result<DiffReport, InputError> {
     for (runs, what) in [(base, "BASE"), (new, "NEW")] {
         if runs.is_empty() {
             return Err(InputError::new(what, "no runs on this side"));
@@ -230,16 +235,19 @@ pub fn diff(base: &[Run], new: &[Run], thresholds: &Thresholds) -> Result<DiffRe
         .iter()
         .chain(new)
         .all(|r| !r.gpus.is_empty() && r.gpus.iter().all(|g| g.rank.is_some()));
-    let in_order = |runs: &[Run]| -> Vec<Run> {
-        let mut runs = runs.to_vec();
-        if by_rank {
-            for r in &mut runs {
-                r.gpus.sort_by_key(|g| g.rank);
-            }
+    // Matched by rank, each run's GPUs go in rank order (a copy only then).
+    let in_order = |runs: &'a [Run]| -> Cow<'a, [Run]> {
+        if !by_rank {
+            return Cow::Borrowed(runs);
         }
-        runs
+        let mut runs = runs.to_vec();
+        for r in &mut runs {
+            r.gpus.sort_by_key(|g| g.rank);
+        }
+        Cow::Owned(runs)
     };
-    let (base, new) = (&in_order(base)[..], &in_order(new)[..]);
+    let (base, new) = (in_order(base), in_order(new));
+    let (base, new) = (&base[..], &new[..]);
     check_gpus(base, new, by_rank)?;
     let mut rows = Vec::new();
     let mut regressed_causes = Vec::new();

@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use crate::report::json::JSON_VERSION;
+use crate::report::Report;
+use crate::report::json::{JSON_VERSION, JsonReport};
 
 /// A run the gate could not read: which file, and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -85,6 +86,22 @@ fn by_cause(
 }
 
 impl Run {
+    /// A recording's run, from the parts of its JSON report the gate reads (the rest of the
+    /// report, every thread and process, is never built into a JSON value).
+    pub fn from_report(report: &Report<'_>, file: &str) -> Result<Run, InputError> {
+        let j = JsonReport::new(report);
+        let part = |v: Result<Value, serde_json::Error>| v.unwrap_or(Value::Null);
+        let json = serde_json::json!({
+            "version": j.version,
+            "gpus": part(serde_json::to_value(&j.gpus)),
+            "ranks": part(serde_json::to_value(j.ranks)),
+            "lost_events": j.lost_events,
+            "duration_ns": j.duration_ns,
+            "page_cache_files": part(serde_json::to_value(&j.page_cache_files)),
+        });
+        Run::from_json(&json, file)
+    }
+
     /// Reads a JSON report of this version of stallscope.
     pub fn from_json(report: &Value, file: &str) -> Result<Run, InputError> {
         match report.get("version").and_then(Value::as_u64) {
