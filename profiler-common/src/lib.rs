@@ -97,8 +97,12 @@ pub mod kind {
     /// No record: a counter of threads created in the tracked tree that could not be
     /// tracked (every slot in use), each counted attempted and dropped.
     pub const THREAD_UNTRACKED: u32 = 9;
+    /// A copy of the top of a thread's user stack and its registers: a `UserStack`, sent just
+    /// before the sample it belongs to (same TID and timestamp), and only `len` bytes of
+    /// `bytes` long.
+    pub const USER_STACK: u32 = 10;
     /// One past the largest kind: the length of the per-kind counter arrays.
-    pub const COUNT: u32 = 10;
+    pub const COUNT: u32 = 11;
 
     pub const NAMES: [&str; COUNT as usize] = [
         "none",
@@ -111,6 +115,7 @@ pub mod kind {
         "offcpu_end",
         "cuda_call",
         "thread_untracked",
+        "user_stack",
     ];
 }
 
@@ -138,6 +143,35 @@ pub struct Stack {
     pub user: [u64; MAX_USER_FRAMES],
     pub _pad: u64,
     pub kernel: [u64; MAX_KERNEL_FRAMES],
+}
+
+/// The most user stack `UserStack` copies: code built without frame pointers is unwound from
+/// these bytes with its DWARF CFI, in user space. perf's default for `--call-graph dwarf` is
+/// 8 KiB; CPython's evaluation loop and libtorch take more per frame.
+pub const STACK_COPY_BYTES: usize = 16384;
+
+/// `kind::USER_STACK`: the user registers an unwinder starts from, and the stack above `sp`.
+/// Sent with its first [`UserStack::FIXED_BYTES`] plus `len` bytes only.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct UserStack {
+    pub header: Header,
+    pub ip: u64,
+    pub sp: u64,
+    pub bp: u64,
+    /// Where a return probe (on a probed CUDA call the thread is inside) replaced a return
+    /// address on this stack with its trampoline's, and the address it replaced; 0 if none.
+    pub ret_slot: u64,
+    pub ret_addr: u64,
+    /// Bytes of `bytes` copied from `sp` up; 0 when none could be read.
+    pub len: u32,
+    pub _pad: u32,
+    pub bytes: [u8; STACK_COPY_BYTES],
+}
+
+impl UserStack {
+    /// The bytes before `bytes`.
+    pub const FIXED_BYTES: usize = core::mem::size_of::<Header>() + 48;
 }
 
 /// `kind::CPU_SAMPLE`: a perf-event cpu-clock tick that found a tracked thread on-CPU.
@@ -328,6 +362,8 @@ pub struct Config {
     /// Minimum spacing of off-CPU stack captures per thread; 0 captures every block.
     pub offcpu_sample_interval_ns: u64,
     pub page_size: u64,
+    /// Non-zero: send a `UserStack` before each stack sample, for DWARF unwinding.
+    pub copy_user_stack: u64,
 }
 
 impl Default for Config {
@@ -335,6 +371,7 @@ impl Default for Config {
         Self {
             offcpu_sample_interval_ns: 5_000_000,
             page_size: 4096,
+            copy_user_stack: 1,
         }
     }
 }
@@ -362,3 +399,5 @@ mod pod {
     // SAFETY: as above.
     unsafe impl aya::Pod for CallEntry {}
 }
+
+const _: () = assert!(core::mem::offset_of!(UserStack, bytes) == UserStack::FIXED_BYTES);

@@ -159,6 +159,7 @@ fn valid_seeds_load_and_hold_every_record_kind() {
         "CudaCall",
         "Launches",
         "ProcessEnv",
+        "Unwinding",
     ] {
         assert!(
             kinds.contains(want),

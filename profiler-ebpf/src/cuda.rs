@@ -128,11 +128,11 @@ pub fn cuda_launch(ctx: ProbeContext) -> u32 {
         return 0;
     }
     let key = (u64::from(tid) << 32) | (attach_cookie(&ctx) & 0xffff_ffff);
-    match LAUNCHES.get_ptr_mut(&key) {
+    match LAUNCHES.get_ptr_mut(key) {
         // SAFETY: only this thread's launches, on the CPU it runs on, write its entries.
         Some(n) => unsafe { *n += 1 },
         None => {
-            let _ = LAUNCHES.insert(&key, &1, 0);
+            let _ = LAUNCHES.insert(key, 1, 0);
         }
     }
     0

@@ -1,13 +1,20 @@
 //! Ring-buffer output with exact loss accounting: every attempt is counted, and every refusal.
 use aya_ebpf::{
     EbpfContext,
-    bindings::{BPF_F_USER_STACK, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
-    helpers::{bpf_get_smp_processor_id, generated::bpf_get_stack},
+    bindings::{
+        BPF_F_USER_STACK, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP, pt_regs,
+    },
+    helpers::{
+        bpf_get_smp_processor_id, bpf_probe_read_kernel,
+        generated::{
+            bpf_get_current_task_btf, bpf_get_stack, bpf_probe_read_user, bpf_task_pt_regs,
+        },
+    },
     maps::ring_buf::RingBufEntry,
 };
-use profiler_common::{EventCounts, Header, Stack};
+use profiler_common::{EventCounts, Header, STACK_COPY_BYTES, Stack, UserStack, kind};
 
-use crate::maps::{COUNTS, EVENTS};
+use crate::maps::{COUNTS, CUDA_INFLIGHT, EVENTS, STACK_COPY, config};
 
 #[inline(always)]
 pub fn count(kind: u32, dropped: bool) {
@@ -75,4 +82,83 @@ pub fn capture_stack<C: EbpfContext>(ctx: &C, stack: *mut Stack) {
             0,
         ) as i32;
     }
+}
+
+const PAGE: u64 = 4096;
+
+/// Sends the current task's user registers and the top of its user stack (a
+/// `kind::USER_STACK` record), for the sample that follows it. A sample may interrupt the
+/// kernel (a syscall, a page fault) and `sched_switch` always runs in it, so the registers
+/// are the user ones the kernel saved on entry (`task_pt_regs`), not the context's.
+#[inline(always)]
+pub fn send_user_stack(header: Header) {
+    if config().copy_user_stack == 0 {
+        return;
+    }
+    let Some(rec) = STACK_COPY.get_ptr_mut(0) else {
+        return;
+    };
+    // SAFETY: the current task's own saved registers; a failed read leaves zeros, which
+    // user space reads as no stack.
+    let (ip, sp, bp) = unsafe {
+        let regs = bpf_task_pt_regs(bpf_get_current_task_btf()) as *const pt_regs;
+        (
+            bpf_probe_read_kernel(&raw const (*regs).rip).unwrap_or(0),
+            bpf_probe_read_kernel(&raw const (*regs).rsp).unwrap_or(0),
+            bpf_probe_read_kernel(&raw const (*regs).rbp).unwrap_or(0),
+        )
+    };
+    // SAFETY: this CPU's scratch record; programs on one CPU do not interleave.
+    let rec: &mut UserStack = unsafe { &mut *rec };
+    rec.header = header;
+    rec.header.kind = kind::USER_STACK;
+    rec.ip = ip;
+    rec.sp = sp;
+    rec.bp = bp;
+    (rec.ret_slot, rec.ret_addr) = match CUDA_INFLIGHT.get_ptr(header.tid) {
+        // SAFETY: map values stay valid for the program's run.
+        Some(open) => unsafe { ((*open).sp, (*open).caller) },
+        None => (0, 0),
+    };
+    rec._pad = 0;
+    // The stack's top end is unknown here, and a read that runs past it fails whole. It
+    // ends at a page boundary: if the whole copy fails, each page end within reach is tried,
+    // farthest first (the main thread's stack ends at its mapping; a thread's has its TLS
+    // above it, so the whole copy usually succeeds).
+    rec.len = 0;
+    // SAFETY (both reads): at most `STACK_COPY_BYTES` into `bytes`, from a user address the
+    // helper checks.
+    if unsafe {
+        bpf_probe_read_user(
+            rec.bytes.as_mut_ptr().cast(),
+            STACK_COPY_BYTES as u32,
+            sp as *const _,
+        )
+    } == 0
+    {
+        rec.len = STACK_COPY_BYTES as u32;
+    } else {
+        // `sp`'s offset into its page, so that each length is bounded for the verifier.
+        let in_page = sp & (PAGE - 1);
+        for pages in (1..=(STACK_COPY_BYTES as u64 / PAGE)).rev() {
+            let len = pages * PAGE - in_page;
+            if len <= STACK_COPY_BYTES as u64
+                && unsafe {
+                    bpf_probe_read_user(rec.bytes.as_mut_ptr().cast(), len as u32, sp as *const _)
+                } == 0
+            {
+                rec.len = len as u32;
+                break;
+            }
+        }
+    }
+    let size = UserStack::FIXED_BYTES + rec.len as usize;
+    if size > core::mem::size_of::<UserStack>() {
+        return;
+    }
+    // SAFETY: `size` bytes of the scratch record, checked above to lie within it.
+    let bytes =
+        unsafe { core::slice::from_raw_parts((rec as *const UserStack).cast::<u8>(), size) };
+    let sent = EVENTS.output::<[u8]>(bytes, wakeup_flags());
+    count(kind::USER_STACK, sent.is_err());
 }

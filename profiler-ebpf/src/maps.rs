@@ -5,7 +5,7 @@ use aya_ebpf::{
 };
 use profiler_common::{
     CallEntry, Config, CpuSlot, EventCounts, FileKey, FileMisses, IoKey, IoStart, MAX_SLOTS,
-    Offsets, TIDS_PER_ELEMENT, ThreadStats, kind,
+    Offsets, TIDS_PER_ELEMENT, ThreadStats, UserStack, kind,
 };
 
 /// The tracked threads' accounting, one entry per slot (slot number = index + 1). An array,
@@ -76,6 +76,11 @@ pub fn thread_stats(tid: u32) -> Option<*mut ThreadStats> {
 #[map]
 pub static CPU_CURRENT: PerCpuArray<CpuSlot> = PerCpuArray::with_max_entries(1, 0);
 
+/// Per CPU: the user stack copy being built, too large for the BPF stack and sent with only
+/// the bytes it holds (a ring-buffer reservation has a fixed size).
+#[map]
+pub static STACK_COPY: PerCpuArray<UserStack> = PerCpuArray::with_max_entries(1, 0);
+
 #[map]
 pub static EVENTS: RingBuf = RingBuf::with_byte_size(8 * 1024 * 1024, 0);
 
@@ -131,6 +136,7 @@ pub static OFFSETS: Offsets = Offsets {
 static CONFIG: Config = Config {
     offcpu_sample_interval_ns: 5_000_000,
     page_size: 4096,
+    copy_user_stack: 1,
 };
 
 /// One field of the offsets user space wrote: a volatile read of that field alone, so the

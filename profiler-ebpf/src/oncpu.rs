@@ -16,7 +16,7 @@ use aya_ebpf::{
 use profiler_common::{CpuSample, kind, state};
 
 use crate::{
-    emit::{capture_stack, header, reserve, wakeup_flags},
+    emit::{capture_stack, header, reserve, send_user_stack, wakeup_flags},
     maps::{CPU_CURRENT, slot_of, slot_stats},
     sched::found_running,
 };
@@ -46,11 +46,13 @@ pub fn cpu_sample(ctx: PerfEventContext) -> u32 {
         cpu.task = unsafe { bpf_get_current_task() };
         cpu.slot = slot;
     }
+    let h = header(kind::CPU_SAMPLE, tid, (pid_tgid >> 32) as u32, now);
+    send_user_stack(h);
     if let Some(mut entry) = reserve::<CpuSample>(kind::CPU_SAMPLE) {
         let rec = entry.as_mut_ptr();
         // SAFETY: `rec` is a reserved record of the right size, fully written before submit.
         unsafe {
-            (*rec).header = header(kind::CPU_SAMPLE, tid, (pid_tgid >> 32) as u32, now);
+            (*rec).header = h;
             capture_stack(&ctx, &raw mut (*rec).stack);
         }
         entry.submit(wakeup_flags());

@@ -20,7 +20,7 @@ use aya_ebpf::{
 use profiler_common::{Header, OffCpuSample, ThreadExit, ThreadNew, ThreadStats, kind, state};
 
 use crate::{
-    emit::{capture_stack, count, header, reserve, wakeup_flags},
+    emit::{capture_stack, count, header, reserve, send_user_stack, wakeup_flags},
     maps::{CPU_CURRENT, FREE_SLOTS, config, covered, offset, set_slot, slot_of, slot_stats},
 };
 
@@ -165,12 +165,14 @@ fn switch_out(
     };
     let interval = config().offcpu_sample_interval_ns;
     if st.offcpu_pending == 0 && now.saturating_sub(st.offcpu_sampled_ns) >= interval {
+        let h = header(kind::OFFCPU_SAMPLE, tid, st.tgid, now);
+        send_user_stack(h);
         if let Some(mut entry) = reserve::<OffCpuSample>(kind::OFFCPU_SAMPLE) {
             let rec = entry.as_mut_ptr();
             // SAFETY: `rec` is a reserved record of the right size; every field is written
             // before submit.
             unsafe {
-                (*rec).header = header(kind::OFFCPU_SAMPLE, tid, st.tgid, now);
+                (*rec).header = h;
                 (*rec).state = st.state;
                 (*rec)._pad = 0;
                 capture_stack(ctx, &raw mut (*rec).stack);

@@ -148,6 +148,13 @@ pub struct RecordArgs {
     /// Minimum spacing of off-CPU stack captures per thread.
     #[arg(long, value_parser = parse_duration, default_value = "5ms")]
     pub offcpu_interval: Duration,
+    /// How user stacks are walked. `dwarf`: the kernel also copies the top 16 KiB of the
+    /// stack and its registers, and a walk by frame pointers that stops short is redone
+    /// from that copy with each object's DWARF CFI (.eh_frame), so code built without frame
+    /// pointers (CPython, libtorch, Rust release builds) does not end the stack. `fp`: frame
+    /// pointers only.
+    #[arg(long, value_enum, default_value_t = UnwindMode::Dwarf)]
+    pub unwind: UnwindMode,
     #[command(flatten)]
     pub out: OutputArgs,
     /// Launch this command and trace it from its first instruction.
@@ -169,6 +176,12 @@ impl OutputArgs {
     pub fn format(&self) -> Format {
         if self.json { Format::Json } else { self.format }
     }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum UnwindMode {
+    Dwarf,
+    Fp,
 }
 
 /// A parser for one of a format's `names`, listed in `--help`, into what `FromStr` makes of it.

@@ -14,8 +14,9 @@ use crate::{
         recording_file::{RecordingFile, WriteFailed},
         session,
         sink::{Sink, write_process},
+        stacks::{FramePointers, Unwinding},
     },
-    cli::RecordArgs,
+    cli::{RecordArgs, UnwindMode},
     output, privileges, spawn,
 };
 
@@ -83,6 +84,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<i32> {
         offcpu_sample_interval_ns: args.offcpu_interval.as_nanos() as u64,
         // SAFETY: sysconf has no preconditions.
         page_size: unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u64,
+        copy_user_stack: u64::from(args.unwind == UnwindMode::Dwarf),
     };
     let mut skip: Vec<String> = layout.missing.iter().map(|(s, _)| s.clone()).collect();
     if args.no_cuda_probes {
@@ -93,7 +95,13 @@ pub fn run(args: RecordArgs) -> anyhow::Result<i32> {
     let offsets = layout.offsets;
     let max_threads = args.max_threads;
     let loading = std::thread::spawn(move || loader::load(&offsets, &config, max_threads, &skip));
-    let decoder = crate::capture::decode::Decoder::with_kernel_symbols();
+    let decoder = crate::capture::decode::Decoder::with_kernel_symbols(
+        match args.unwind {
+            UnwindMode::Dwarf => Unwinding::default(),
+            UnwindMode::Fp => Unwinding(Box::new(FramePointers)),
+        },
+        args.unwind == UnwindMode::Dwarf,
+    );
     let mut ebpf = loading
         .join()
         .map_err(|_| anyhow::anyhow!("loading the eBPF programs panicked"))??;

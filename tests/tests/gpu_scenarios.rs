@@ -223,7 +223,7 @@ fn labelled(r: &Run, scenario: &str, cause: &str) -> Result<(), String> {
     let expected = truth_idle(&r.truth)?;
     if expected < MIN_INJECTED_IDLE {
         return Err(format!(
-            "{scenario} idled the GPU only {:.0}% by stallgen's own account, under the {:.0}%              that tests its cause: {:?}",
+            "{scenario} idled the GPU only {:.0}% by stallgen's own account, under the {:.0}% that tests its cause: {:?}",
             expected * 100.0,
             MIN_INJECTED_IDLE * 100.0,
             r.truth
@@ -236,6 +236,16 @@ fn labelled(r: &Run, scenario: &str, cause: &str) -> Result<(), String> {
             idle * 100.0,
             expected * 100.0
         ));
+    }
+    // Nearly every stack sample unwinds to its thread's first frame.
+    let u = &r.report["unwinding"];
+    let complete = u["complete"].as_u64().unwrap_or(0) as f64;
+    let samples = ["complete", "truncated", "failed"]
+        .iter()
+        .map(|k| u[k].as_u64().unwrap_or(0))
+        .sum::<u64>();
+    if samples == 0 || complete / (samples as f64) < 0.9 {
+        return Err(format!("{scenario}: stacks unwound: {u}"));
     }
     let share = explained_share(g, cause, in_doubt_allowance_ns(&r.truth))?;
     if share < 0.9 {
@@ -289,6 +299,27 @@ fn labelled(r: &Run, scenario: &str, cause: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// The share of the evidence's stack weight whose frames hold `chain` in order (caller
+/// first), each frame directly calling the next, with no `[unknown]` frame.
+fn stacks_with_chain(ev: &Value, chain: &[&str]) -> f64 {
+    let stacks = ev["stacks"].as_array().map_or(&[][..], Vec::as_slice);
+    let (mut named, mut total) = (0, 0);
+    for s in stacks {
+        let weight = s["weight"].as_u64().unwrap_or(0);
+        total += weight;
+        let frames: Vec<&str> = s["frames"]
+            .as_array()
+            .map_or(&[][..], Vec::as_slice)
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        if !frames.contains(&"[unknown]") && frames.windows(chain.len()).any(|w| w == chain) {
+            named += weight;
+        }
+    }
+    named as f64 / total.max(1) as f64
+}
+
 /// What each cause's evidence must name: the threads behind it, and what only that cause has.
 fn cause_evidence_holds(cause: &str, ev: &Value) -> Result<(), String> {
     let threads = ev["threads"].as_array().map_or(&[][..], Vec::as_slice);
@@ -297,6 +328,25 @@ fn cause_evidence_holds(cause: &str, ev: &Value) -> Result<(), String> {
     }
     let has_stacks = ev["stacks"].as_array().is_some_and(|s| !s.is_empty());
     let cuda = &ev["cuda"];
+    // The scenario's own function, where its threads burn the CPU, with its caller: the
+    // stacks unwind through code built without frame pointers (stallgen is a Rust release
+    // build) instead of stopping at `[unknown]`.
+    let own = match cause {
+        "dataloader_cpu" => Some(["stallgen::work::run_worker", "stallgen::work::burn_cpu_ms"]),
+        "host_compute" => Some(["stallgen::train::step", "stallgen::work::burn_cpu_ms"]),
+        _ => None,
+    };
+    if let Some(chain) = own {
+        let named = stacks_with_chain(ev, &chain);
+        if named < 0.5 {
+            return Err(format!(
+                "{:.0}% of the stack weight shows {} called by {}, want at least 50%",
+                named * 100.0,
+                chain[1],
+                chain[0]
+            ));
+        }
+    }
     let ok = match cause {
         "dataloader_cpu" => has_stacks && threads.iter().all(|t| t["role"] == "worker"),
         "disk" => ev["block_io"]["requests"].as_u64() > Some(0),

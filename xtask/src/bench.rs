@@ -10,6 +10,7 @@ mod report;
 mod soak;
 mod switch_cost;
 mod tracers;
+mod unwind;
 
 use std::time::Duration;
 
@@ -85,6 +86,9 @@ pub enum Which {
     /// `stallscope diff` over `--pairs` pairs of runs: false alarms between healthy runs, and
     /// regressions of ~5 points of `dataloader_cpu`, `disk` and `pinned_memory_copy` found.
     Gate,
+    /// Stack readability on stallgen, frame pointers alone against DWARF CFI: samples with an
+    /// `[unknown]` frame, median depth, time per DWARF unwind, steps per second.
+    Unwind,
 }
 
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
@@ -107,6 +111,12 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
                 crate::build().context("building stallscope (skip with --no-build)")?;
             }
             gate::gate(args.pairs)
+        }
+        Which::Unwind => {
+            if !args.no_build {
+                crate::build().context("building stallscope (skip with --no-build)")?;
+            }
+            unwind::unwind(args.secs.unwrap_or(6).max(1) as u32)
         }
     }
 }

@@ -11,6 +11,7 @@ use profiler_core::cuda::{CopyDir, CudaOp, Library, SyncScope};
 use profiler_core::recording::format::{HEADER_LEN, MAGIC};
 use profiler_core::recording::record::{
     CudaCall, EndReason, EventLoss, GpuInfo, GpuState, LaunchCount, Meta, Record, ThreadCounters,
+    UnwindStats,
 };
 
 const MS: u64 = 1_000_000;
@@ -248,6 +249,17 @@ fn cpu_io() -> Vec<Record> {
             attempted: 6,
             dropped: 0,
             received: 6,
+        }),
+        Record::Unwinding(UnwindStats {
+            complete: 40,
+            truncated: 3,
+            failed: 1,
+            by_frame_pointers: 4,
+            by_dwarf: 40,
+            without_copy: 0,
+            dwarf_walks: 41,
+            dwarf_ns: 2_000_000,
+            warnings: vec!["/usr/lib/libstripped.so has no unwind information".into()],
         }),
         Record::End {
             ts_ns: START + 650 * MS,

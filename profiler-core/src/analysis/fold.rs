@@ -174,6 +174,7 @@ pub struct Analyzer {
     gpus: BTreeMap<u32, GpuAcc>,
     timed: crate::analysis::timed_events::TimedEvents,
     cpus: u32,
+    unwinding: Option<crate::recording::record::UnwindStats>,
     cuda_processes: BTreeMap<u32, String>,
     cuda_calls: Vec<crate::recording::record::CudaCall>,
     cuda_libraries: Vec<crate::cuda::ProbedLibrary>,
@@ -348,6 +349,7 @@ impl Analyzer {
                 }
             }
             Record::Host { cpus } => self.cpus = cpus,
+            Record::Unwinding(stats) => self.unwinding = Some(stats),
             Record::CudaLibrary { ts_ns, pid, path } => {
                 self.seen_ts(ts_ns);
                 self.cuda_processes.insert(pid, path);
@@ -487,6 +489,7 @@ impl Analyzer {
             timeline: self.timeline.finish(start_ns, end_ns),
             gpus,
             cpus: self.cpus,
+            unwinding: self.unwinding,
             cuda_processes: self.cuda_processes,
             cuda: crate::cuda::CudaView {
                 env_ranks: self.env_ranks,

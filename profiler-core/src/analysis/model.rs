@@ -50,6 +50,8 @@ pub struct Analysis {
     pub cuda_processes: BTreeMap<u32, String>,
     /// What the CUDA and NCCL probes saw.
     pub cuda: crate::cuda::CudaView,
+    /// How the stack samples were unwound; `None` in recordings made before it was recorded.
+    pub unwinding: Option<crate::recording::record::UnwindStats>,
 }
 
 /// One GPU over the recording.

@@ -203,6 +203,40 @@ pub enum Record {
         pid: u32,
         vars: Vec<(String, String)>,
     },
+    /// How the stack samples were unwound, written once at the end. Added after the first
+    /// version-1 recordings: readers before it skip it as a record of an unknown kind.
+    Unwinding(UnwindStats),
+}
+
+/// Stack samples counted by how far their unwind got and which walk gave it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnwindStats {
+    /// The unwind reached the thread's first frame.
+    pub complete: u64,
+    /// Frames were found, but the walk stopped before the first frame.
+    pub truncated: u64,
+    /// No user frame was found.
+    pub failed: u64,
+    /// Samples whose frame-pointer walk was kept (it was complete, or DWARF found no more).
+    pub by_frame_pointers: u64,
+    /// Samples unwound from their stack copy with DWARF CFI.
+    pub by_dwarf: u64,
+    /// Samples that came without the stack copy asked for (lost to a full buffer, or an
+    /// unreadable stack).
+    pub without_copy: u64,
+    /// Stack copies walked with DWARF CFI (a walk may lose to a complete frame-pointer one),
+    /// and the recorder's time in them (reading the maps of new processes included).
+    pub dwarf_walks: u64,
+    pub dwarf_ns: u64,
+    /// Named problems, each once: an object without unwind information, one that could not
+    /// be read, a process gone before its mappings were read.
+    pub warnings: Vec<String>,
+}
+
+impl UnwindStats {
+    pub fn samples(&self) -> u64 {
+        self.complete + self.truncated + self.failed
+    }
 }
 
 /// One probed CUDA/NCCL call of a traced thread, entry to return.

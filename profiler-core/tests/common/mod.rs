@@ -4,7 +4,9 @@
 use std::path::PathBuf;
 
 use profiler_core::RecordingWriter;
-use profiler_core::recording::record::{EndReason, EventLoss, Meta, Record, ThreadCounters};
+use profiler_core::recording::record::{
+    EndReason, EventLoss, Meta, Record, ThreadCounters, UnwindStats,
+};
 
 pub const START_NS: u64 = 1_000_000_000;
 pub const MS: u64 = 1_000_000;
@@ -213,6 +215,17 @@ pub fn fixture() -> Vec<Record> {
             attempted: 50,
             dropped: 0,
             received: 50,
+        }),
+        Record::Unwinding(UnwindStats {
+            complete: 90,
+            truncated: 8,
+            failed: 2,
+            by_frame_pointers: 10,
+            by_dwarf: 90,
+            without_copy: 1,
+            dwarf_walks: 92,
+            dwarf_ns: 4_500_000,
+            warnings: vec!["/opt/lib/libstripped.so has no unwind information".into()],
         }),
         Record::End {
             ts_ns: t(350),

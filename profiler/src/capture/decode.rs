@@ -4,14 +4,26 @@
 use std::collections::HashMap;
 
 use profiler_common::{
-    BlockIo, CpuSample, CudaCall, Header, OffCpuSample, ThreadExit, ThreadNew, kind, state,
+    BlockIo, CpuSample, CudaCall, Header, OffCpuSample, ThreadExit, ThreadNew, UserStack, kind,
+    state,
 };
-use profiler_core::recording::record::{self, Record, ThreadCounters};
+use profiler_core::recording::record::{self, Record, ThreadCounters, UnwindStats};
 
 use super::{
     proc::target,
-    stacks::{Namer, RawStack, Stacks, Unwinding},
+    stacks::{Method, Namer, Quality, RawStack, StackCopy, Stacks, Unwinding},
 };
+
+/// A thread's latest user stack copy, waiting for the sample sent right after it.
+#[derive(Default)]
+struct PendingCopy {
+    ts_ns: u64,
+    ip: u64,
+    sp: u64,
+    bp: u64,
+    ret_fix: Option<(u64, u64)>,
+    bytes: Vec<u8>,
+}
 
 /// A probed CUDA call, from a ring-buffer record or an entry still open at the end.
 struct Call {
@@ -72,6 +84,11 @@ pub struct Decoder {
     /// a repeated stack (the common case) costs a hash lookup, not a symbolization.
     raw: HashMap<Vec<u64>, u32>,
     pending: HashMap<u32, PendingOffCpu>,
+    copies: HashMap<u32, PendingCopy>,
+    /// Whether the kernel side sends stack copies.
+    pub copying: bool,
+    /// How the stack samples were unwound, so far.
+    pub unwind: UnwindStats,
     /// Records received per kind, for `received + dropped == attempted`.
     pub received: [u64; kind::COUNT as usize],
     pub malformed: u64,
@@ -83,15 +100,49 @@ pub struct Decoder {
 
 impl Decoder {
     /// A decoder with the kernel's symbols already loaded (see [`Namer::load_kernel_symbols`]).
-    pub fn with_kernel_symbols() -> Self {
-        let mut d = Self::default();
+    pub fn with_kernel_symbols(unwinding: Unwinding, copying: bool) -> Self {
+        let mut d = Self {
+            unwinding,
+            copying,
+            ..Self::default()
+        };
         d.namer.load_kernel_symbols();
         d
     }
 
-    fn stack(&mut self, pid: u32, stack: &profiler_common::Stack, out: &mut Vec<Record>) -> u32 {
-        let raw = RawStack::of(pid, stack);
-        let (user, kernel) = (raw.user, raw.kernel);
+    fn stack(&mut self, h: &Header, stack: &profiler_common::Stack, out: &mut Vec<Record>) -> u32 {
+        let pid = h.pid;
+        let copy = self
+            .copies
+            .get(&h.tid)
+            .filter(|c| c.ts_ns == h.ts_ns)
+            .map(|c| StackCopy {
+                ip: c.ip,
+                sp: c.sp,
+                bp: c.bp,
+                ret_fix: c.ret_fix,
+                bytes: &c.bytes,
+            });
+        if self.copying && copy.is_none() {
+            self.unwind.without_copy += 1;
+        }
+        let raw = RawStack::of(pid, stack, copy);
+        let unwound = self.unwinding.0.unwind(&raw, &mut self.namer);
+        let u = &mut self.unwind;
+        if let Some(ns) = unwound.walk_ns {
+            u.dwarf_walks += 1;
+            u.dwarf_ns += ns;
+        }
+        *match unwound.quality {
+            Quality::Complete => &mut u.complete,
+            Quality::Truncated => &mut u.truncated,
+            Quality::Failed => &mut u.failed,
+        } += 1;
+        *match unwound.method {
+            Method::FramePointers => &mut u.by_frame_pointers,
+            Method::Dwarf => &mut u.by_dwarf,
+        } += 1;
+        let (user, kernel) = (&unwound.user[..], raw.kernel);
         let mut key = Vec::with_capacity(2 + user.len() + kernel.len());
         key.push(u64::from(pid));
         key.push(user.len() as u64);
@@ -100,12 +151,12 @@ impl Decoder {
         if let Some(&id) = self.raw.get(&key) {
             return id;
         }
-        let frames = self.unwinding.0.unwind(&raw, &mut self.namer);
+        let frames = self.namer.name_stack(pid, user, kernel);
         let (id, new) = self.stacks.intern(frames);
         if let Some(frames) = new {
             out.push(Record::Stack { id, frames });
         }
-        // Raw stacks are up to 1.5 KiB each and a long run can see many: forget them rather
+        // Unwound stacks are up to 4.5 KiB each and a long run can see many: forget them rather
         // than grow without bound (names stay cached per address, ids per named stack).
         if self.raw.len() >= RAW_STACKS_KEPT {
             self.raw.clear();
@@ -125,8 +176,9 @@ impl Decoder {
             return;
         }
         let ok = match h.kind {
+            kind::USER_STACK => self.user_stack(&h, bytes),
             kind::CPU_SAMPLE => read::<CpuSample>(bytes).map(|s| {
-                let stack = self.stack(h.pid, &s.stack, out);
+                let stack = self.stack(&h, &s.stack, out);
                 out.push(Record::CpuSample {
                     ts_ns: h.ts_ns,
                     tid: h.tid,
@@ -135,7 +187,7 @@ impl Decoder {
                 });
             }),
             kind::OFFCPU_SAMPLE => read::<OffCpuSample>(bytes).map(|s| {
-                let stack = self.stack(h.pid, &s.stack, out);
+                let stack = self.stack(&h, &s.stack, out);
                 self.pending.insert(
                     h.tid,
                     PendingOffCpu {
@@ -191,12 +243,14 @@ impl Decoder {
                     ts_ns: h.ts_ns,
                     counters: counters(h.tid, &e.stats),
                 });
+                self.copies.remove(&h.tid);
                 self.exited.push(h.tid);
             }),
             kind::THREAD_NEW | kind::EXEC => read::<ThreadNew>(bytes).map(|new| {
                 self.highest_slot = self.highest_slot.max(new.slot);
                 if h.kind == kind::EXEC {
                     self.namer.forget(h.pid);
+                    self.unwinding.0.forget(h.pid);
                     self.raw.retain(|k, _| k[0] != u64::from(h.pid));
                 }
                 let comm = target::comm(h.tid).unwrap_or_default();
@@ -221,6 +275,22 @@ impl Decoder {
             Some(()) => self.received[h.kind as usize] += 1,
             None => self.malformed += 1,
         }
+    }
+
+    /// Keeps a thread's stack copy for the sample that follows it.
+    fn user_stack(&mut self, h: &Header, bytes: &[u8]) -> Option<()> {
+        let at = size_of::<Header>();
+        let fixed = bytes.get(at..UserStack::FIXED_BYTES)?;
+        let word = |i: usize| u64::from_le_bytes(fixed[i..i + 8].try_into().unwrap());
+        let len = u32::from_le_bytes(fixed[40..44].try_into().unwrap()) as usize;
+        let data = bytes.get(UserStack::FIXED_BYTES..UserStack::FIXED_BYTES.checked_add(len)?)?;
+        let copy = self.copies.entry(h.tid).or_default();
+        copy.ts_ns = h.ts_ns;
+        (copy.ip, copy.sp, copy.bp) = (word(0), word(8), word(16));
+        copy.ret_fix = (word(24) != 0).then(|| (word(24), word(32)));
+        copy.bytes.clear();
+        copy.bytes.extend_from_slice(data);
+        Some(())
     }
 
     fn close_offcpu(&mut self, tid: u32, end_ns: u64, out: &mut Vec<Record>) {
@@ -278,6 +348,14 @@ impl Decoder {
         let tids: Vec<u32> = self.pending.keys().copied().collect();
         for tid in tids {
             self.close_offcpu(tid, end_ns, out);
+        }
+    }
+
+    /// How the stacks were unwound, with the unwinder's warnings.
+    pub fn unwind_stats(&self) -> UnwindStats {
+        UnwindStats {
+            warnings: self.unwinding.0.warnings().to_vec(),
+            ..self.unwind.clone()
         }
     }
 }

@@ -336,6 +336,8 @@ impl Session {
             };
             self.sink.write(&Record::Loss(loss))?;
         }
+        self.sink
+            .write(&Record::Unwinding(self.decoder.unwind_stats()))?;
         Ok(())
     }
 }

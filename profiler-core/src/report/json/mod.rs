@@ -98,6 +98,9 @@ pub struct JsonReport<'a> {
     pub truncated: Option<JsonTruncation>,
     pub unknown_records: u64,
     pub records: u64,
+    /// How the stack samples were unwound (absent from recordings made before it was).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unwinding: Option<&'a crate::recording::record::UnwindStats>,
     pub gpus: Vec<gpu::JsonGpu<'a>>,
     /// PID -> the CUDA driver library it mapped, from /proc/PID/maps.
     pub cuda_processes: &'a BTreeMap<u32, String>,
@@ -250,6 +253,7 @@ impl<'a> JsonReport<'a> {
             stallscope_version: meta.map(|m| m.stallscope_version.as_str()),
             lost_events: a.lost_events,
             attempted_events: a.attempted_events,
+            unwinding: a.unwinding.as_ref(),
             events: &a.events,
             threads,
             processes,

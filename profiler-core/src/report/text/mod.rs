@@ -253,6 +253,9 @@ fn write_header<W: Write>(a: &Analysis, load: &LoadInfo, w: &mut W) -> io::Resul
         writeln!(w, "warning: {} unavailable: {}", u.signal, u.reason)?;
     }
     write_losses(a, w)?;
+    if let Some(u) = &a.unwinding {
+        write_unwinding(u, w)?;
+    }
     if let Some(t) = load.truncated {
         writeln!(
             w,
@@ -268,6 +271,41 @@ fn write_header<W: Write>(a: &Analysis, load: &LoadInfo, w: &mut W) -> io::Resul
              newer stallscope)",
             load.unknown_records
         )?;
+    }
+    Ok(())
+}
+
+fn write_unwinding<W: Write>(
+    u: &crate::recording::record::UnwindStats,
+    w: &mut W,
+) -> io::Result<()> {
+    let n = u.samples();
+    if n > 0 {
+        let pct = |k: u64| 100.0 * k as f64 / n as f64;
+        write!(
+            w,
+            "stacks: {n} samples unwound: {:.1}% complete, {:.1}% truncated, {:.1}% failed \
+             (DWARF {:.0}%, frame pointers {:.0}%)",
+            pct(u.complete),
+            pct(u.truncated),
+            pct(u.failed),
+            pct(u.by_dwarf),
+            pct(u.by_frame_pointers),
+        )?;
+        if u.without_copy > 0 {
+            write!(w, "; {} came without their stack copy", u.without_copy)?;
+        }
+        if u.dwarf_walks > 0 {
+            write!(
+                w,
+                "; {:.1} µs per DWARF unwind",
+                u.dwarf_ns as f64 / 1e3 / u.dwarf_walks as f64
+            )?;
+        }
+        writeln!(w)?;
+    }
+    for warning in &u.warnings {
+        writeln!(w, "warning: unwinding: {warning}")?;
     }
     Ok(())
 }

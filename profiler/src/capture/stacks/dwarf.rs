@@ -1,0 +1,514 @@
+//! Unwinding a copy of the top of a user stack with the DWARF CFI (`.eh_frame`) of the
+//! objects the process has mapped, so that code built without frame pointers (CPython,
+//! libtorch, glibc's hand-written parts, Rust release builds) does not end the stack.
+//!
+//! framehop (samply's unwinder) does the unwinding; this module tells it, per process, which
+//! objects are mapped where, reading each object's unwind sections from its file (memory
+//! mapped, shared by every process that maps the same file).
+use std::{
+    collections::{HashMap, HashSet},
+    fs::File,
+    ops::{Deref, Range},
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use framehop::{
+    ExplicitModuleSectionInfo, Module, Unwinder as _,
+    x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64},
+};
+use memmap2::Mmap;
+use object::{Object as _, ObjectSection as _, ObjectSegment as _};
+
+/// The registers an unwind starts from and the stack bytes above `sp`, as the kernel copied
+/// them when the sample was taken.
+#[derive(Clone, Copy, Debug)]
+pub struct StackCopy<'a> {
+    pub ip: u64,
+    pub sp: u64,
+    pub bp: u64,
+    /// A return address a return probe replaced with its trampoline's: (the stack slot
+    /// holding it, the real address), from the probe's entry.
+    pub ret_fix: Option<(u64, u64)>,
+    pub bytes: &'a [u8],
+}
+
+/// How far an unwind got.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Quality {
+    /// It reached the thread's first frame.
+    Complete,
+    /// It found frames but stopped before the first one (stack copy too short, no unwind
+    /// information, a broken frame chain).
+    Truncated,
+    /// It found no user frame at all.
+    Failed,
+}
+
+/// Deepest stack kept: a runaway recursion would otherwise make each sample's stack as long
+/// as the copy allows.
+pub const MAX_FRAMES: usize = 512;
+
+/// A section of a memory-mapped object file.
+#[derive(Clone)]
+pub struct Section {
+    map: Arc<Mmap>,
+    range: Range<usize>,
+}
+
+impl Deref for Section {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.map[self.range.clone()]
+    }
+}
+
+/// What framehop needs from one object file, independent of where it is mapped.
+struct ObjectInfo {
+    map: Arc<Mmap>,
+    /// (vaddr, file offset, file size) of each loadable segment, to place a mapping.
+    segments: Vec<(u64, u64, u64)>,
+    sections: HashMap<&'static str, (Range<u64>, Range<usize>)>,
+}
+
+const SECTIONS: [&str; 5] = [
+    ".text",
+    ".eh_frame",
+    ".eh_frame_hdr",
+    ".debug_frame",
+    ".got",
+];
+
+impl ObjectInfo {
+    fn read(file: &File) -> Result<Self, String> {
+        // SAFETY: a read-only private mapping; a file truncated underneath would fault, as for
+        // any reader of shared libraries, and libraries in use are not rewritten in place.
+        let map = unsafe { Mmap::map(file) }.map_err(|e| e.to_string())?;
+        let elf = object::File::parse(&*map).map_err(|e| format!("not an ELF object: {e}"))?;
+        let segments = elf
+            .segments()
+            .map(|s| {
+                let (off, size) = s.file_range();
+                (s.address(), off, size)
+            })
+            .collect();
+        let mut sections = HashMap::new();
+        for name in SECTIONS {
+            if let Some(s) = elf.section_by_name(name) {
+                let svma = s.address()..s.address() + s.size();
+                let file = s
+                    .file_range()
+                    .map(|(o, n)| o as usize..(o + n) as usize)
+                    .filter(|r| r.end <= map.len())
+                    .unwrap_or(0..0);
+                sections.insert(name, (svma, file));
+            }
+        }
+        drop(elf);
+        Ok(ObjectInfo {
+            map: Arc::new(map),
+            segments,
+            sections,
+        })
+    }
+
+    fn has_unwind_info(&self) -> bool {
+        [".eh_frame", ".debug_frame"]
+            .iter()
+            .any(|n| self.sections.get(n).is_some_and(|(_, f)| !f.is_empty()))
+    }
+
+    fn svma(&self, name: &str) -> Option<Range<u64>> {
+        self.sections.get(name).map(|(s, _)| s.clone())
+    }
+
+    fn data(&self, name: &str) -> Option<Section> {
+        self.sections
+            .get(name)
+            .filter(|(_, f)| !f.is_empty())
+            .map(|(_, f)| Section {
+                map: self.map.clone(),
+                range: f.clone(),
+            })
+    }
+
+    /// The address at which this object's vaddr 0 lies, given that file offset `offset` (page
+    /// aligned) is mapped at `start`: from the loadable segment that mapping begins, the
+    /// last one starting in or before its first page (segments share pages at their ends).
+    fn bias(&self, start: u64, offset: u64) -> Option<u64> {
+        const PAGE: u64 = 4096;
+        let (vaddr, file_off, _) = self
+            .segments
+            .iter()
+            .copied()
+            .filter(|&(_, o, n)| o & !(PAGE - 1) <= offset && offset < o + n.max(1))
+            .max_by_key(|&(_, o, _)| o)?;
+        (start + file_off).checked_sub(offset + vaddr)
+    }
+
+    fn module(&self, name: String, avma: Range<u64>, bias: u64) -> Module<Section> {
+        Module::new(
+            name,
+            avma,
+            bias,
+            ExplicitModuleSectionInfo {
+                base_svma: 0,
+                text_svma: self.svma(".text"),
+                text: self.data(".text"),
+                got_svma: self.svma(".got"),
+                eh_frame_svma: self.svma(".eh_frame"),
+                eh_frame: self.data(".eh_frame"),
+                eh_frame_hdr_svma: self.svma(".eh_frame_hdr"),
+                eh_frame_hdr: self.data(".eh_frame_hdr"),
+                debug_frame: self.data(".debug_frame"),
+                stubs_svma: None,
+                stub_helper_svma: None,
+                unwind_info: None,
+                text_segment_svma: None,
+                text_segment: None,
+            },
+        )
+    }
+}
+
+/// One process's mapped objects, as framehop sees them.
+struct ProcessObjects {
+    unwinder: UnwinderX86_64<Section>,
+    code: Vec<Range<u64>>,
+    /// The kernel's return-probe trampoline page (`[uprobes]`), once a return probe fired.
+    trampoline: Option<Range<u64>>,
+    /// Pages of return addresses still in no object after the maps were read again.
+    unmapped_pages: HashSet<u64>,
+    read_at: Instant,
+}
+
+impl ProcessObjects {
+    fn covers(&self, addr: u64) -> bool {
+        self.code.iter().any(|r| r.contains(&addr))
+            || self.trampoline.as_ref().is_some_and(|t| t.contains(&addr))
+    }
+}
+
+/// A process's maps are read again when a walk meets a return address in none of its known
+/// objects, but no more often than this (or `REREAD_SOON` for an address not met before).
+const REREAD_AFTER: Duration = Duration::from_millis(500);
+const REREAD_SOON: Duration = Duration::from_millis(20);
+
+/// The DWARF unwinder's state across samples.
+#[derive(Default)]
+pub struct Dwarf {
+    processes: HashMap<u32, ProcessObjects>,
+    /// Object files by (device, inode); `None`: unreadable, warned about once.
+    objects: HashMap<(u64, u64), Option<Arc<ObjectInfo>>>,
+    cache: CacheX86_64,
+    /// Named problems, each once: an object with no unwind information or that could not
+    /// be read, a process gone before its maps were read.
+    pub warnings: Vec<String>,
+    warned: HashSet<String>,
+}
+
+impl Dwarf {
+    fn warn(&mut self, warning: String) {
+        if self.warned.insert(warning.clone()) {
+            log::warn!("{warning}");
+            self.warnings.push(warning);
+        }
+    }
+
+    fn object(&mut self, pid: u32, dev: u64, inode: u64, path: &str) -> Option<Arc<ObjectInfo>> {
+        if let Some(o) = self.objects.get(&(dev, inode)) {
+            return o.clone();
+        }
+        // The process's own view of the path: it may run in another mount namespace.
+        let opened = File::open(format!("/proc/{pid}/root{path}"))
+            .or_else(|_| File::open(path))
+            .map_err(|e| e.to_string())
+            .and_then(|f| ObjectInfo::read(&f));
+        let info = match opened {
+            Ok(info) => {
+                if !info.has_unwind_info() {
+                    self.warn(format!(
+                        "{path} has no unwind information (.eh_frame or .debug_frame): stacks \
+                         through it are walked by frame pointers"
+                    ));
+                }
+                Some(Arc::new(info))
+            }
+            Err(e) => {
+                self.warn(format!(
+                    "cannot read {path} for unwinding ({e}): stacks through it are walked by \
+                     frame pointers"
+                ));
+                None
+            }
+        };
+        self.objects.insert((dev, inode), info.clone());
+        info
+    }
+
+    fn read_process(&mut self, pid: u32) -> Option<ProcessObjects> {
+        let maps = match procfs::process::Process::new(pid as i32).and_then(|p| p.maps()) {
+            Ok(m) => m,
+            Err(e) => {
+                self.warn(format!(
+                    "cannot read the mappings of PID {pid} ({e}); its stacks are walked by \
+                     frame pointers"
+                ));
+                return None;
+            }
+        };
+        let mut unwinder = UnwinderX86_64::new();
+        let mut code = Vec::new();
+        let mut trampoline = None;
+        for m in maps {
+            let path = match &m.pathname {
+                procfs::process::MMapPath::Path(path) => path,
+                procfs::process::MMapPath::Other(name) if name == "uprobes" => {
+                    trampoline = Some(m.address.0..m.address.1);
+                    continue;
+                }
+                _ => continue,
+            };
+            if !m.perms.contains(procfs::process::MMPermissions::EXECUTE) {
+                continue;
+            }
+            let path = path.to_string_lossy().into_owned();
+            let (major, minor) = m.dev;
+            let dev = (u64::from(major as u32) << 32) | u64::from(minor as u32);
+            let Some(info) = self.object(pid, dev, m.inode, &path) else {
+                continue;
+            };
+            let avma = m.address.0..m.address.1;
+            let Some(bias) = info.bias(avma.start, m.offset) else {
+                continue;
+            };
+            code.push(avma.clone());
+            unwinder.add_module(info.module(path, avma, bias));
+        }
+        Some(ProcessObjects {
+            unwinder,
+            code,
+            trampoline,
+            unmapped_pages: HashSet::new(),
+            read_at: Instant::now(),
+        })
+    }
+
+    /// Unwinds `copy` of a thread of `pid`: return addresses, leaf first (the leaf is the
+    /// sampled PC, the rest return addresses).
+    pub fn unwind(&mut self, pid: u32, copy: &StackCopy<'_>) -> (Vec<u64>, Quality) {
+        if copy.ip == 0 {
+            return (Vec::new(), Quality::Failed);
+        }
+        if !self.processes.contains_key(&pid) && !self.reread(pid) {
+            return (vec![copy.ip], Quality::Truncated);
+        }
+        let (frames, quality) = self.walk(pid, copy);
+        if quality == Quality::Complete {
+            return (frames, quality);
+        }
+        // The first frame in no known object is a real return address (the ones past it are
+        // frame-pointer guesses): into a library loaded since the maps were read, or the
+        // return-probe trampoline, mapped at the first probe's return. A new such page is
+        // looked up at once, at most every `REREAD_SOON`.
+        let process = &self.processes[&pid];
+        let Some(page) = frames
+            .iter()
+            .find(|&&a| !process.covers(a))
+            .map(|a| a >> 12)
+        else {
+            return (frames, quality);
+        };
+        let since = process.read_at.elapsed();
+        let new_page = !process.unmapped_pages.contains(&page);
+        if (since >= REREAD_AFTER || (new_page && since >= REREAD_SOON)) && self.reread(pid) {
+            let (frames, quality) = self.walk(pid, copy);
+            let process = self.processes.get_mut(&pid).expect("just read");
+            if !process.covers(page << 12) {
+                process.unmapped_pages.insert(page);
+            }
+            return (frames, quality);
+        }
+        (frames, quality)
+    }
+
+    /// Reads `pid`'s mappings (again); false when they cannot be read.
+    fn reread(&mut self, pid: u32) -> bool {
+        match self.read_process(pid) {
+            Some(mut p) => {
+                if let Some(old) = self.processes.remove(&pid) {
+                    p.unmapped_pages = old.unmapped_pages;
+                }
+                self.processes.insert(pid, p);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn walk(&mut self, pid: u32, copy: &StackCopy<'_>) -> (Vec<u64>, Quality) {
+        let process = &self.processes[&pid];
+        let (sp, bytes) = (copy.sp, copy.bytes);
+        let trampoline = process.trampoline.clone().unwrap_or(0..0);
+        let mut read_stack = |addr: u64| -> Result<u64, ()> {
+            let off = addr.checked_sub(sp).ok_or(())? as usize;
+            let word = bytes.get(off..off.checked_add(8).ok_or(())?).ok_or(())?;
+            let word = u64::from_le_bytes(word.try_into().map_err(|_| ())?);
+            if !trampoline.contains(&word) {
+                return Ok(word);
+            }
+            // A return address the kernel swapped for its return probe's trampoline: the
+            // real one is known for the probed call the thread is in, and no other.
+            match copy.ret_fix {
+                Some((slot, real)) if slot == addr => Ok(real),
+                _ => Err(()),
+            }
+        };
+        let mut frames = process.unwinder.iter_frames(
+            copy.ip,
+            UnwindRegsX86_64::new(copy.ip, copy.sp, copy.bp),
+            &mut self.cache,
+            &mut read_stack,
+        );
+        let mut out = Vec::new();
+        let quality = loop {
+            if out.len() >= MAX_FRAMES {
+                break Quality::Truncated;
+            }
+            match frames.next() {
+                Ok(Some(frame)) => out.push(frame.address()),
+                Ok(None) => break Quality::Complete,
+                Err(_) => break Quality::Truncated,
+            }
+        };
+        (out, quality)
+    }
+
+    /// Forgets a process's objects (it exec'ed, or exited).
+    pub fn forget(&mut self, pid: u32) {
+        self.processes.remove(&pid);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The end of the mapping holding `addr` in this process.
+    fn mapping_end(addr: u64) -> u64 {
+        let maps = procfs::process::Process::myself().unwrap().maps().unwrap();
+        maps.iter()
+            .find(|m| (m.address.0..m.address.1).contains(&addr))
+            .map(|m| m.address.1)
+            .unwrap()
+    }
+
+    /// The registers and a copy of the stack of the calling thread, taken inside this
+    /// function (which is never inlined, so it has a frame of its own).
+    #[inline(never)]
+    fn snapshot(buf: &mut [u8]) -> (u64, u64, u64) {
+        let (ip, sp, bp): (u64, u64, u64);
+        // SAFETY: reads three registers; no memory is touched.
+        unsafe {
+            std::arch::asm!(
+                "lea {ip}, [rip]",
+                "mov {sp}, rsp",
+                "mov {bp}, rbp",
+                ip = out(reg) ip,
+                sp = out(reg) sp,
+                bp = out(reg) bp,
+            );
+        }
+        let len = buf.len().min((mapping_end(sp) - sp) as usize);
+        // SAFETY: the bytes from `sp` to the end of its mapping are this thread's stack (and
+        // what the thread library keeps above it), all readable.
+        unsafe { std::ptr::copy_nonoverlapping(sp as *const u8, buf.as_mut_ptr(), len) };
+        std::hint::black_box((ip, sp, bp))
+    }
+
+    #[inline(never)]
+    fn deep_caller_marker(depth: u32, buf: &mut [u8]) -> (u64, u64, u64) {
+        if depth == 0 {
+            return snapshot(buf);
+        }
+        let r = deep_caller_marker(std::hint::black_box(depth - 1), buf);
+        std::hint::black_box(r)
+    }
+
+    #[test]
+    fn unwinds_this_thread_through_its_callers() {
+        let mut buf = vec![0u8; 64 * 1024];
+        let (ip, sp, bp) = deep_caller_marker(3, &mut buf);
+        let copy = StackCopy {
+            ip,
+            sp,
+            bp,
+            ret_fix: None,
+            bytes: &buf,
+        };
+        let mut dwarf = Dwarf::default();
+        let (addrs, quality) = dwarf.unwind(std::process::id(), &copy);
+        let mut namer = super::super::Namer::default();
+        let frames = namer.name_stack(std::process::id(), &addrs, &[]);
+        let markers = frames
+            .iter()
+            .filter(|f| f.contains("deep_caller_marker"))
+            .count();
+        // Four calls, the last of which may be a tail call.
+        assert!(markers >= 3, "{frames:#?}");
+        assert_eq!(quality, Quality::Complete, "{frames:#?}");
+        assert!(dwarf.warnings.is_empty(), "{:?}", dwarf.warnings);
+        // The walk goes on past the test (whose own frame the compiler may fold into the
+        // harness's) to where the thread started.
+        assert!(
+            super::super::THREAD_ROOTS.contains(&frames[0].as_str()),
+            "{frames:#?}"
+        );
+    }
+
+    #[test]
+    fn a_short_copy_truncates_and_no_registers_fail() {
+        let mut buf = vec![0u8; 64 * 1024];
+        let (ip, sp, bp) = deep_caller_marker(40, &mut buf);
+        let mut dwarf = Dwarf::default();
+        let full = StackCopy {
+            ip,
+            sp,
+            bp,
+            ret_fix: None,
+            bytes: &buf,
+        };
+        let short = StackCopy {
+            bytes: &buf[..256],
+            ..full
+        };
+        let (all, _) = dwarf.unwind(std::process::id(), &full);
+        let (some, quality) = dwarf.unwind(std::process::id(), &short);
+        assert_eq!(quality, Quality::Truncated);
+        assert!(
+            !some.is_empty() && some.len() < all.len(),
+            "{some:?} {all:?}"
+        );
+        assert_eq!(some[..], all[..some.len()]);
+        let none = StackCopy { ip: 0, ..full };
+        assert_eq!(dwarf.unwind(std::process::id(), &none).1, Quality::Failed);
+    }
+
+    #[test]
+    fn a_process_that_is_gone_is_named_once() {
+        let buf = [0u8; 64];
+        let copy = StackCopy {
+            ip: 0x1000,
+            sp: 0x2000,
+            bp: 0,
+            ret_fix: None,
+            bytes: &buf,
+        };
+        let mut dwarf = Dwarf::default();
+        let gone = u32::MAX - 7;
+        assert_eq!(dwarf.unwind(gone, &copy).1, Quality::Truncated);
+        assert_eq!(dwarf.unwind(gone, &copy).1, Quality::Truncated);
+        assert_eq!(dwarf.warnings.len(), 1, "{:?}", dwarf.warnings);
+        assert!(dwarf.warnings[0].contains(&gone.to_string()));
+    }
+}
