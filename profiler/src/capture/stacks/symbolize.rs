@@ -7,9 +7,38 @@ use blazesym::{
     Addr, Pid,
     symbolize::{
         Input, Symbolized, Symbolizer,
-        source::{Kernel, Process, Source},
+        source::{Elf, Kernel, Process, Source},
     },
 };
+
+/// An executable file mapping of a process, as its maps listed it.
+struct Mapping {
+    range: std::ops::Range<u64>,
+    offset: u64,
+    path: std::path::PathBuf,
+}
+
+/// A process's executable file mappings, or none if they cannot be read.
+fn executable_mappings(pid: u32) -> Option<Vec<Mapping>> {
+    use procfs::process::{MMPermissions, MMapPath};
+    let maps = procfs::process::Process::new(pid as i32)
+        .ok()?
+        .maps()
+        .ok()?;
+    Some(
+        maps.into_iter()
+            .filter(|m| m.perms.contains(MMPermissions::EXECUTE))
+            .filter_map(|m| match m.pathname {
+                MMapPath::Path(path) => Some(Mapping {
+                    range: m.address.0..m.address.1,
+                    offset: m.offset,
+                    path,
+                }),
+                _ => None,
+            })
+            .collect(),
+    )
+}
 
 /// Interns stacks: the same frames get the same id, and only new stacks are reported.
 #[derive(Default)]
@@ -33,6 +62,10 @@ pub struct Namer {
     symbolizer: Symbolizer,
     /// (pid, address) -> name; pid 0 holds kernel addresses.
     cache: HashMap<(u32, u64), String>,
+    /// Each named process's executable mappings, read while it lived: its stacks are named
+    /// a few milliseconds after they were taken, and a process that exited in between (a
+    /// DataLoader worker at the end of an epoch) is named from its files instead.
+    mappings: HashMap<u32, Vec<Mapping>>,
 }
 
 impl Default for Namer {
@@ -40,6 +73,7 @@ impl Default for Namer {
         Self {
             symbolizer: Symbolizer::new(),
             cache: HashMap::new(),
+            mappings: HashMap::new(),
         }
     }
 }
@@ -92,12 +126,29 @@ impl Namer {
             } else {
                 Source::Process(Process::new(Pid::from(pid)))
             };
-            let resolved = self.symbolizer.symbolize(&src, Input::AbsAddr(&missing));
+            // Names, or `None` for the whole lookup when the process could not be read.
+            let resolved: Option<Vec<Option<String>>> = self
+                .symbolizer
+                .symbolize(&src, Input::AbsAddr(&missing))
+                .ok()
+                .map(|r| {
+                    r.iter()
+                        .map(|s| match s {
+                            Symbolized::Sym(sym) => Some(sym.name.to_string()),
+                            _ => None,
+                        })
+                        .collect()
+                });
+            if !kernel && resolved.is_some() {
+                self.remember_mappings(pid, &missing);
+            }
             for (i, addr) in missing.iter().enumerate() {
-                let name = match resolved.as_ref().ok().and_then(|r| r.get(i)) {
-                    Some(Symbolized::Sym(sym)) => sym.name.to_string(),
-                    _ => "[unknown]".to_string(),
-                };
+                let name = match &resolved {
+                    Some(names) => names.get(i).cloned().flatten(),
+                    None if !kernel => self.name_from_file(pid, *addr),
+                    None => None,
+                }
+                .unwrap_or_else(|| "[unknown]".to_string());
                 let name = if kernel { format!("{name}_[k]") } else { name };
                 self.cache.insert((key_pid, *addr), name);
             }
@@ -106,6 +157,37 @@ impl Namer {
             .iter()
             .map(|a| self.cache[&(key_pid, *a)].clone())
             .collect()
+    }
+
+    /// Keeps `pid`'s mappings, read again when one of `addrs` lies in none of them (a
+    /// library loaded since).
+    fn remember_mappings(&mut self, pid: u32, addrs: &[Addr]) {
+        let known = self.mappings.get(&pid).is_some_and(|maps| {
+            addrs
+                .iter()
+                .all(|a| maps.iter().any(|m| m.range.contains(a)))
+        });
+        if !known && let Some(maps) = executable_mappings(pid) {
+            self.mappings.insert(pid, maps);
+        }
+    }
+
+    /// Names an address of a process that is gone, from the file it was mapped from.
+    fn name_from_file(&mut self, pid: u32, addr: Addr) -> Option<String> {
+        let m = self
+            .mappings
+            .get(&pid)?
+            .iter()
+            .find(|m| m.range.contains(&addr))?;
+        let offset = addr - m.range.start + m.offset;
+        let src = Source::Elf(Elf::new(m.path.clone()));
+        match self
+            .symbolizer
+            .symbolize_single(&src, Input::FileOffset(offset))
+        {
+            Ok(Symbolized::Sym(sym)) => Some(sym.name.to_string()),
+            _ => None,
+        }
     }
 
     /// Loads the kernel's symbols now. The first kernel stack would otherwise do it: a read
@@ -153,6 +235,7 @@ impl Namer {
     /// Forgets a process's user addresses (after exec its mappings changed).
     pub fn forget(&mut self, pid: u32) {
         self.cache.retain(|(p, _), _| *p != pid);
+        self.mappings.remove(&pid);
     }
 }
 
@@ -177,6 +260,44 @@ mod tests {
         assert_eq!(frames(&buf, -14), &[] as &[u64]);
         assert_eq!(frames(&buf, 800), &[1, 2, 3]);
         assert_eq!(lookup_addrs(&[10, 20]), vec![10, 19]);
+    }
+
+    /// Where `addr` of this process lies in `pid`, which maps the same file.
+    fn same_place_in(pid: u32, addr: u64) -> u64 {
+        let ours = executable_mappings(std::process::id()).unwrap();
+        let m = ours.iter().find(|m| m.range.contains(&addr)).unwrap();
+        let theirs = executable_mappings(pid).unwrap();
+        let t = theirs.iter().find(|t| t.path == m.path).unwrap();
+        addr - m.range.start + m.offset - t.offset + t.range.start
+    }
+
+    #[test]
+    fn a_process_that_exited_is_named_from_its_files() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        // The loader maps libc before `sleep` runs; wait until it has.
+        let libc_fn = libc::getpid as *const () as u64;
+        let mut tries = 0;
+        while executable_mappings(pid).is_none_or(|maps| {
+            !maps
+                .iter()
+                .any(|m| m.path.to_string_lossy().contains("libc"))
+        }) {
+            tries += 1;
+            assert!(tries < 500, "sleep never mapped libc");
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        let mut n = Namer::default();
+        let alive = same_place_in(pid, libc::nanosleep as *const () as u64);
+        assert!(n.names(pid, &[alive], false)[0].contains("sleep"));
+        let later = same_place_in(pid, libc_fn);
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let names = n.names(pid, &[later], false);
+        assert!(names[0].contains("getpid"), "{names:?}");
     }
 
     #[test]
