@@ -150,11 +150,10 @@ pub struct Stack {
 /// 8 KiB; CPython's evaluation loop and libtorch take more per frame.
 pub const STACK_COPY_BYTES: usize = 16384;
 
-/// `kind::USER_STACK`: the user registers an unwinder starts from, and the stack above `sp`.
-/// Sent with its first [`UserStack::FIXED_BYTES`] plus `len` bytes only.
+/// The fixed part of a `UserStack`: the user registers an unwinder starts from.
 #[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub struct UserStack {
+#[derive(Clone, Copy, Debug, Default)]
+pub struct UserStackHead {
     pub header: Header,
     pub ip: u64,
     pub sp: u64,
@@ -166,12 +165,15 @@ pub struct UserStack {
     /// Bytes of `bytes` copied from `sp` up; 0 when none could be read.
     pub len: u32,
     pub _pad: u32,
-    pub bytes: [u8; STACK_COPY_BYTES],
 }
 
-impl UserStack {
-    /// The bytes before `bytes`.
-    pub const FIXED_BYTES: usize = core::mem::size_of::<Header>() + 48;
+/// `kind::USER_STACK`: the user registers and the stack above `sp`. Sent with its head plus
+/// `head.len` bytes only.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct UserStack {
+    pub head: UserStackHead,
+    pub bytes: [u8; STACK_COPY_BYTES],
 }
 
 /// `kind::CPU_SAMPLE`: a perf-event cpu-clock tick that found a tracked thread on-CPU.
@@ -400,4 +402,5 @@ mod pod {
     unsafe impl aya::Pod for CallEntry {}
 }
 
-const _: () = assert!(core::mem::offset_of!(UserStack, bytes) == UserStack::FIXED_BYTES);
+const _: () =
+    assert!(core::mem::offset_of!(UserStack, bytes) == core::mem::size_of::<UserStackHead>());

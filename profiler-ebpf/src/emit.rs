@@ -12,7 +12,9 @@ use aya_ebpf::{
     },
     maps::ring_buf::RingBufEntry,
 };
-use profiler_common::{EventCounts, Header, STACK_COPY_BYTES, Stack, UserStack, kind};
+use profiler_common::{
+    EventCounts, Header, STACK_COPY_BYTES, Stack, UserStack, UserStackHead, kind,
+};
 
 use crate::maps::{COUNTS, CUDA_INFLIGHT, EVENTS, STACK_COPY, config};
 
@@ -110,22 +112,28 @@ pub fn send_user_stack(header: Header) {
     };
     // SAFETY: this CPU's scratch record; programs on one CPU do not interleave.
     let rec: &mut UserStack = unsafe { &mut *rec };
-    rec.header = header;
-    rec.header.kind = kind::USER_STACK;
-    rec.ip = ip;
-    rec.sp = sp;
-    rec.bp = bp;
-    (rec.ret_slot, rec.ret_addr) = match CUDA_INFLIGHT.get_ptr(header.tid) {
+    let (ret_slot, ret_addr) = match CUDA_INFLIGHT.get_ptr(header.tid) {
         // SAFETY: map values stay valid for the program's run.
         Some(open) => unsafe { ((*open).sp, (*open).caller) },
         None => (0, 0),
     };
-    rec._pad = 0;
+    rec.head = UserStackHead {
+        header: Header {
+            kind: kind::USER_STACK,
+            ..header
+        },
+        ip,
+        sp,
+        bp,
+        ret_slot,
+        ret_addr,
+        len: 0,
+        _pad: 0,
+    };
     // The stack's top end is unknown here, and a read that runs past it fails whole. It
     // ends at a page boundary: if the whole copy fails, each page end within reach is tried,
     // farthest first (the main thread's stack ends at its mapping; a thread's has its TLS
     // above it, so the whole copy usually succeeds).
-    rec.len = 0;
     // SAFETY (both reads): at most `STACK_COPY_BYTES` into `bytes`, from a user address the
     // helper checks.
     if unsafe {
@@ -136,7 +144,7 @@ pub fn send_user_stack(header: Header) {
         )
     } == 0
     {
-        rec.len = STACK_COPY_BYTES as u32;
+        rec.head.len = STACK_COPY_BYTES as u32;
     } else {
         // `sp`'s offset into its page, so that each length is bounded for the verifier.
         let in_page = sp & (PAGE - 1);
@@ -147,12 +155,12 @@ pub fn send_user_stack(header: Header) {
                     bpf_probe_read_user(rec.bytes.as_mut_ptr().cast(), len as u32, sp as *const _)
                 } == 0
             {
-                rec.len = len as u32;
+                rec.head.len = len as u32;
                 break;
             }
         }
     }
-    let size = UserStack::FIXED_BYTES + rec.len as usize;
+    let size = core::mem::size_of::<UserStackHead>() + rec.head.len as usize;
     if size > core::mem::size_of::<UserStack>() {
         return;
     }

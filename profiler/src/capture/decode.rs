@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use profiler_common::{
-    BlockIo, CpuSample, CudaCall, Header, OffCpuSample, ThreadExit, ThreadNew, UserStack, kind,
+    BlockIo, CpuSample, CudaCall, Header, OffCpuSample, ThreadExit, ThreadNew, UserStackHead, kind,
     state,
 };
 use profiler_core::recording::record::{self, Record, ThreadCounters, UnwindStats};
@@ -17,11 +17,7 @@ use super::{
 /// A thread's latest user stack copy, waiting for the sample sent right after it.
 #[derive(Default)]
 struct PendingCopy {
-    ts_ns: u64,
-    ip: u64,
-    sp: u64,
-    bp: u64,
-    ret_fix: Option<(u64, u64)>,
+    head: UserStackHead,
     bytes: Vec<u8>,
 }
 
@@ -115,12 +111,12 @@ impl Decoder {
         let copy = self
             .copies
             .get(&h.tid)
-            .filter(|c| c.ts_ns == h.ts_ns)
+            .filter(|c| c.head.header.ts_ns == h.ts_ns)
             .map(|c| StackCopy {
-                ip: c.ip,
-                sp: c.sp,
-                bp: c.bp,
-                ret_fix: c.ret_fix,
+                ip: c.head.ip,
+                sp: c.head.sp,
+                bp: c.head.bp,
+                ret_fix: (c.head.ret_slot != 0).then_some((c.head.ret_slot, c.head.ret_addr)),
                 bytes: &c.bytes,
             });
         if self.copying && copy.is_none() {
@@ -279,15 +275,11 @@ impl Decoder {
 
     /// Keeps a thread's stack copy for the sample that follows it.
     fn user_stack(&mut self, h: &Header, bytes: &[u8]) -> Option<()> {
-        let at = size_of::<Header>();
-        let fixed = bytes.get(at..UserStack::FIXED_BYTES)?;
-        let word = |i: usize| u64::from_le_bytes(fixed[i..i + 8].try_into().unwrap());
-        let len = u32::from_le_bytes(fixed[40..44].try_into().unwrap()) as usize;
-        let data = bytes.get(UserStack::FIXED_BYTES..UserStack::FIXED_BYTES.checked_add(len)?)?;
+        let head = read::<UserStackHead>(bytes)?;
+        let start = size_of::<UserStackHead>();
+        let data = bytes.get(start..start.checked_add(head.len as usize)?)?;
         let copy = self.copies.entry(h.tid).or_default();
-        copy.ts_ns = h.ts_ns;
-        (copy.ip, copy.sp, copy.bp) = (word(0), word(8), word(16));
-        copy.ret_fix = (word(24) != 0).then(|| (word(24), word(32)));
+        copy.head = head;
         copy.bytes.clear();
         copy.bytes.extend_from_slice(data);
         Some(())
