@@ -101,8 +101,11 @@ pub mod kind {
     /// before the sample it belongs to (same TID and timestamp), and only `len` bytes of
     /// `bytes` long.
     pub const USER_STACK: u32 = 10;
+    /// The Python frames a thread of a CPython process was running: a `PyStack`, sent just
+    /// before the sample or CUDA call it belongs to (same TID and timestamp).
+    pub const PY_STACK: u32 = 11;
     /// One past the largest kind: the length of the per-kind counter arrays.
-    pub const COUNT: u32 = 11;
+    pub const COUNT: u32 = 12;
 
     pub const NAMES: [&str; COUNT as usize] = [
         "none",
@@ -116,6 +119,7 @@ pub mod kind {
         "cuda_call",
         "thread_untracked",
         "user_stack",
+        "py_stack",
     ];
 }
 
@@ -174,6 +178,75 @@ pub struct UserStackHead {
 pub struct UserStack {
     pub head: UserStackHead,
     pub bytes: [u8; STACK_COPY_BYTES],
+}
+
+/// The most Python frames a `PyStack` holds, shim frames included; a deeper stack keeps its
+/// innermost frames.
+pub const MAX_PY_FRAMES: usize = 128;
+
+/// One Python frame as the kernel found it: the code object's address and where in it the
+/// frame was (`f_lasti` before 3.11, the instruction pointer from 3.11). User space reads
+/// the code object for the function, file and line.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PyFrame {
+    /// The code object's address, with marks in its low bits (objects are aligned):
+    /// `PY_FRAME_ENTRY` on the outermost frame that one C call of the interpreter loop
+    /// (`_PyEval_EvalFrameDefault`) evaluates, `PY_FRAME_SHIM` on the shim frame such a call
+    /// pushes below its first frame (3.12+), which is no Python function.
+    pub code: u64,
+    pub instr: u64,
+}
+
+/// `PyFrame::code`'s marks.
+pub const PY_FRAME_ENTRY: u64 = 1;
+pub const PY_FRAME_SHIM: u64 = 2;
+pub const PY_FRAME_MARKS: u64 = PY_FRAME_ENTRY | PY_FRAME_SHIM;
+
+/// `kind::PY_STACK`: a thread's Python frames, innermost first.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct PyStack {
+    pub header: Header,
+    pub len: u32,
+    /// Non-zero when the walk stopped before the outermost frame (too deep, or a frame
+    /// could not be read).
+    pub truncated: u32,
+    pub frames: [PyFrame; MAX_PY_FRAMES],
+}
+
+/// `PyProcess::entry_rule`: how the walk finds where one C call of the interpreter loop
+/// ends. Before 3.11 every Python call is one C call.
+pub mod py_entry {
+    /// Every frame (3.8 to 3.10).
+    pub const EVERY_FRAME: u32 = 0;
+    /// A frame whose `is_entry` byte is set (3.11).
+    pub const FLAG: u32 = 1;
+    /// The frame below a shim frame whose `owner` byte is `owner_cstack` (3.12+).
+    pub const SHIM: u32 = 2;
+}
+
+/// Not present: an offset field of `PyProcess` that a version lacks.
+pub const PY_NONE: u32 = u32::MAX;
+
+/// Where a CPython process keeps what the kernel's Python walk reads: offsets into its
+/// thread state and frame structs (the value of `PY_PROCS`, keyed by PID).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PyProcess {
+    /// In the thread state: the frame pointer (before 3.11, and 3.13+) or the `_PyCFrame`
+    /// pointer (3.11, 3.12).
+    pub tstate_frame: u32,
+    /// In `_PyCFrame`: `current_frame`; `PY_NONE` where there is no `_PyCFrame`.
+    pub cframe_current_frame: u32,
+    pub frame_code: u32,
+    pub frame_previous: u32,
+    pub frame_instr: u32,
+    /// `is_entry` (3.11) or `owner` (3.12+); `PY_NONE` before 3.11.
+    pub frame_owner: u32,
+    /// A `py_entry` rule.
+    pub entry_rule: u32,
+    pub owner_cstack: u32,
 }
 
 /// `kind::CPU_SAMPLE`: a perf-event cpu-clock tick that found a tracked thread on-CPU.
@@ -365,7 +438,10 @@ pub struct Config {
     pub offcpu_sample_interval_ns: u64,
     pub page_size: u64,
     /// Non-zero: send a `UserStack` before each stack sample, for DWARF unwinding.
-    pub copy_user_stack: u64,
+    pub copy_user_stack: u32,
+    /// Non-zero: send a `PyStack` before each stack sample and CUDA call of a thread that
+    /// `PY_THREADS` knows.
+    pub python_stacks: u32,
 }
 
 impl Default for Config {
@@ -374,6 +450,7 @@ impl Default for Config {
             offcpu_sample_interval_ns: 5_000_000,
             page_size: 4096,
             copy_user_stack: 1,
+            python_stacks: 1,
         }
     }
 }
@@ -394,6 +471,8 @@ mod pod {
     unsafe impl aya::Pod for Offsets {}
     // SAFETY: as above.
     unsafe impl aya::Pod for Config {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for PyProcess {}
     // SAFETY: as above.
     unsafe impl aya::Pod for IoKey {}
     // SAFETY: as above.

@@ -160,6 +160,8 @@ fn valid_seeds_load_and_hold_every_record_kind() {
         "Launches",
         "ProcessEnv",
         "Unwinding",
+        "PythonStacks",
+        "CudaCallSite",
     ] {
         assert!(
             kinds.contains(want),

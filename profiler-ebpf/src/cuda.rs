@@ -20,7 +20,7 @@ use aya_ebpf::{
 use profiler_common::{CALL_ARGS, CallEntry, CudaCall, cookie, kind};
 
 use crate::{
-    emit::{header, reserve, wakeup_flags},
+    emit::{header, reserve, send_py_stack, wakeup_flags},
     maps::{CONTROL, CUDA_INFLIGHT, LAUNCHES, slot_of},
 };
 
@@ -102,9 +102,12 @@ pub fn cuda_exit(ctx: RetProbeContext) -> u32 {
     } else {
         0
     };
+    let h = header(kind::CUDA_CALL, tid, (pid_tgid >> 32) as u32, open.start_ns);
+    // The Python line that made the call: its frames are unchanged until it returns.
+    send_py_stack(h);
     if let Some(mut e) = reserve::<CudaCall>(kind::CUDA_CALL) {
         e.write(CudaCall {
-            header: header(kind::CUDA_CALL, tid, (pid_tgid >> 32) as u32, open.start_ns),
+            header: h,
             end_ns: now,
             cookie: open.cookie,
             nested: 0,

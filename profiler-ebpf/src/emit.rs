@@ -13,10 +13,11 @@ use aya_ebpf::{
     maps::ring_buf::RingBufEntry,
 };
 use profiler_common::{
-    EventCounts, Header, STACK_COPY_BYTES, Stack, UserStack, UserStackHead, kind,
+    EventCounts, Header, MAX_PY_FRAMES, PY_FRAME_ENTRY, PY_FRAME_SHIM, PY_NONE, PyFrame, PyStack,
+    STACK_COPY_BYTES, Stack, UserStack, UserStackHead, kind, py_entry,
 };
 
-use crate::maps::{COUNTS, CUDA_INFLIGHT, EVENTS, STACK_COPY, config};
+use crate::maps::{COUNTS, CUDA_INFLIGHT, EVENTS, PY_PROCS, PY_THREADS, STACK_COPY, config};
 
 #[inline(always)]
 pub fn count(kind: u32, dropped: bool) {
@@ -169,4 +170,77 @@ pub fn send_user_stack(header: Header) {
         unsafe { core::slice::from_raw_parts((rec as *const UserStack).cast::<u8>(), size) };
     let sent = EVENTS.output::<[u8]>(bytes, wakeup_flags());
     count(kind::USER_STACK, sent.is_err());
+}
+
+/// A value of type `T` at user address `addr` of the current task, if readable.
+#[inline(always)]
+fn user<T>(addr: u64) -> Option<T> {
+    // SAFETY: the helper checks the address and copies at most `size_of::<T>()` bytes.
+    unsafe { aya_ebpf::helpers::bpf_probe_read_user(addr as *const T) }.ok()
+}
+
+/// Sends the Python frames the current thread is in (a `kind::PY_STACK` record), if it is a
+/// thread of a CPython process user space told the kernel of. The walk reads the frame
+/// chain from the thread state, as the interpreter itself links it: a pointer read per field
+/// and no lock, so the target never stops. The code objects are read later, by user space.
+///
+/// Every frame read is sent, shims included, so that the loop's only state is its index:
+/// the verifier walks it once per iteration rather than once per count of frames kept.
+#[inline(always)]
+pub fn send_py_stack(header: Header) {
+    if config().python_stacks == 0 {
+        return;
+    }
+    // SAFETY (both): map values stay valid for the program's run.
+    let Some(&tstate) = (unsafe { PY_THREADS.get(header.tid) }) else {
+        return;
+    };
+    let Some(&p) = (unsafe { PY_PROCS.get(header.pid) }) else {
+        return;
+    };
+    let Some(mut frame) = user::<u64>(tstate + u64::from(p.tstate_frame)) else {
+        return;
+    };
+    if p.cframe_current_frame != PY_NONE && frame != 0 {
+        frame = user::<u64>(frame + u64::from(p.cframe_current_frame)).unwrap_or(0);
+    }
+    let Some(mut entry) = reserve::<PyStack>(kind::PY_STACK) else {
+        return;
+    };
+    let rec = entry.as_mut_ptr();
+    // SAFETY: `rec` is a reserved record; `i` stays below the array's length.
+    unsafe {
+        (*rec).header = Header {
+            kind: kind::PY_STACK,
+            ..header
+        };
+        let mut len = 0;
+        for i in 0..MAX_PY_FRAMES {
+            if frame == 0 {
+                break;
+            }
+            let code = user::<u64>(frame + u64::from(p.frame_code)).unwrap_or(0);
+            let instr = user::<u64>(frame + u64::from(p.frame_instr)).unwrap_or(0);
+            let owner = if p.frame_owner == PY_NONE {
+                0
+            } else {
+                u32::from(user::<u8>(frame + u64::from(p.frame_owner)).unwrap_or(0))
+            };
+            let mark = match p.entry_rule {
+                py_entry::EVERY_FRAME => PY_FRAME_ENTRY,
+                py_entry::FLAG if owner != 0 => PY_FRAME_ENTRY,
+                py_entry::SHIM if owner == p.owner_cstack => PY_FRAME_SHIM,
+                _ => 0,
+            };
+            (*rec).frames[i] = PyFrame {
+                code: code | mark,
+                instr,
+            };
+            len = i + 1;
+            frame = user::<u64>(frame + u64::from(p.frame_previous)).unwrap_or(0);
+        }
+        (*rec).len = len as u32;
+        (*rec).truncated = u32::from(frame != 0);
+    }
+    entry.submit(wakeup_flags());
 }

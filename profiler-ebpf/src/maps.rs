@@ -5,7 +5,7 @@ use aya_ebpf::{
 };
 use profiler_common::{
     CallEntry, Config, CpuSlot, EventCounts, FileKey, FileMisses, IoKey, IoStart, MAX_SLOTS,
-    Offsets, TIDS_PER_ELEMENT, ThreadStats, UserStack, kind,
+    Offsets, PyProcess, TIDS_PER_ELEMENT, ThreadStats, UserStack, kind,
 };
 
 /// The tracked threads' accounting, one entry per slot (slot number = index + 1). An array,
@@ -108,6 +108,15 @@ pub static LAUNCHES: LruHashMap<u64, u64> = LruHashMap::with_max_entries(16384, 
 #[map]
 pub static CONTROL: aya_ebpf::maps::Array<u32> = aya_ebpf::maps::Array::with_max_entries(1, 0);
 
+/// Traced CPython processes, by PID: where their interpreter keeps a thread's frames.
+#[map]
+pub static PY_PROCS: HashMap<u32, PyProcess> = HashMap::with_max_entries(4096, 0);
+
+/// Each thread of a traced CPython process, by TID: the address of its `PyThreadState`,
+/// found by user space walking the interpreter's thread list.
+#[map]
+pub static PY_THREADS: HashMap<u32, u64> = HashMap::with_max_entries(65536, 0);
+
 #[map]
 pub static PAGE_CACHE_FILES: HashMap<FileKey, FileMisses> = HashMap::with_max_entries(16384, 0);
 
@@ -137,6 +146,7 @@ static CONFIG: Config = Config {
     offcpu_sample_interval_ns: 5_000_000,
     page_size: 4096,
     copy_user_stack: 1,
+    python_stacks: 1,
 };
 
 /// One field of the offsets user space wrote: a volatile read of that field alone, so the

@@ -16,7 +16,7 @@ use aya_ebpf::{
 use profiler_common::{CpuSample, kind, state};
 
 use crate::{
-    emit::{capture_stack, header, reserve, send_user_stack, wakeup_flags},
+    emit::{capture_stack, header, reserve, send_py_stack, send_user_stack, wakeup_flags},
     maps::{CPU_CURRENT, slot_of, slot_stats},
     sched::found_running,
 };
@@ -47,6 +47,7 @@ pub fn cpu_sample(ctx: PerfEventContext) -> u32 {
         cpu.slot = slot;
     }
     let h = header(kind::CPU_SAMPLE, tid, (pid_tgid >> 32) as u32, now);
+    send_py_stack(h);
     send_user_stack(h);
     if let Some(mut entry) = reserve::<CpuSample>(kind::CPU_SAMPLE) {
         let rec = entry.as_mut_ptr();

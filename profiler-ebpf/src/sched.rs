@@ -20,7 +20,7 @@ use aya_ebpf::{
 use profiler_common::{Header, OffCpuSample, ThreadExit, ThreadNew, ThreadStats, kind, state};
 
 use crate::{
-    emit::{capture_stack, count, header, reserve, send_user_stack, wakeup_flags},
+    emit::{capture_stack, count, header, reserve, send_py_stack, send_user_stack, wakeup_flags},
     maps::{CPU_CURRENT, FREE_SLOTS, config, covered, offset, set_slot, slot_of, slot_stats},
 };
 
@@ -166,6 +166,7 @@ fn switch_out(
     let interval = config().offcpu_sample_interval_ns;
     if st.offcpu_pending == 0 && now.saturating_sub(st.offcpu_sampled_ns) >= interval {
         let h = header(kind::OFFCPU_SAMPLE, tid, st.tgid, now);
+        send_py_stack(h);
         send_user_stack(h);
         if let Some(mut entry) = reserve::<OffCpuSample>(kind::OFFCPU_SAMPLE) {
             let rec = entry.as_mut_ptr();

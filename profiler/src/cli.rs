@@ -155,6 +155,10 @@ pub struct RecordArgs {
     /// pointers only.
     #[arg(long, value_enum, default_value_t = UnwindMode::Dwarf)]
     pub unwind: UnwindMode,
+    /// Leave out the Python frames. By default the stacks of CPython processes (3.8 to 3.13)
+    /// carry their Python frames (function, file, line) in place of the interpreter loop's.
+    #[arg(long)]
+    pub no_python: bool,
     #[command(flatten)]
     pub out: OutputArgs,
     /// Launch this command and trace it from its first instruction.

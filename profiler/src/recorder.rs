@@ -84,7 +84,8 @@ pub fn run(args: RecordArgs) -> anyhow::Result<i32> {
         offcpu_sample_interval_ns: args.offcpu_interval.as_nanos() as u64,
         // SAFETY: sysconf has no preconditions.
         page_size: unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u64,
-        copy_user_stack: u64::from(args.unwind == UnwindMode::Dwarf),
+        copy_user_stack: u32::from(args.unwind == UnwindMode::Dwarf),
+        python_stacks: u32::from(!args.no_python),
     };
     let mut skip: Vec<String> = layout.missing.iter().map(|(s, _)| s.clone()).collect();
     if args.no_cuda_probes {
@@ -212,6 +213,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<i32> {
     let gpu = (!args.no_gpu)
         .then(|| gpu::GpuSampler::start(args.nvml_lib.clone(), pids.clone(), start_ns));
     let mut session = session::Session::new(ebpf, slots, decoder, writer, pids, gpu, probes);
+    session.python = !args.no_python;
     eprintln!(
         "stallscope: tracing {} thread(s) of PID {}{}; writing {}",
         seeds.len(),

@@ -10,8 +10,8 @@ use profiler_core::RecordingWriter;
 use profiler_core::cuda::{CopyDir, CudaOp, Library, SyncScope};
 use profiler_core::recording::format::{HEADER_LEN, MAGIC};
 use profiler_core::recording::record::{
-    CudaCall, EndReason, EventLoss, GpuInfo, GpuState, LaunchCount, Meta, Record, ThreadCounters,
-    UnwindStats,
+    CudaCall, EndReason, EventLoss, GpuInfo, GpuState, LaunchCount, Meta, PythonStats, Record,
+    ThreadCounters, UnwindStats,
 };
 
 const MS: u64 = 1_000_000;
@@ -261,6 +261,14 @@ fn cpu_io() -> Vec<Record> {
             dwarf_ns: 2_000_000,
             warnings: vec!["/usr/lib/libstripped.so has no unwind information".into()],
         }),
+        Record::PythonStacks(PythonStats {
+            processes: vec![(100, "3.11".into())],
+            samples: 40,
+            frames: 400,
+            unreadable: 2,
+            truncated: 1,
+            warnings: vec!["python: PID 7 runs CPython 3.14".into()],
+        }),
         Record::End {
             ts_ns: START + 650 * MS,
             reason: EndReason::TargetExited,
@@ -376,6 +384,18 @@ fn gpu_phases() -> Vec<Record> {
     out
 }
 
+/// The Python line a probed call was made from, written just before the call.
+fn call_site(tid: u32, start_ns: u64) -> Record {
+    Record::CudaCallSite {
+        tid,
+        start_ns,
+        python: vec![
+            "synchronize (torch/cuda/__init__.py:985)".into(),
+            "train_step (train.py:57)".into(),
+        ],
+    }
+}
+
 fn call(tid: u32, start_ns: u64, dur_ns: u64, api: &str, op: CudaOp) -> Record {
     Record::CudaCall(CudaCall {
         tid,
@@ -471,6 +491,7 @@ fn cuda_copies() -> Vec<Record> {
                 asynchronous: true,
             },
         ));
+        out.push(call_site(feeder, t + 66 * MS));
         out.push(call(
             feeder,
             t + 66 * MS,

@@ -175,6 +175,9 @@ pub struct Analyzer {
     timed: crate::analysis::timed_events::TimedEvents,
     cpus: u32,
     unwinding: Option<crate::recording::record::UnwindStats>,
+    python: Option<crate::recording::record::PythonStats>,
+    /// Python call sites by (tid, start), for the probed call that follows each.
+    call_sites: BTreeMap<(u32, u64), Vec<String>>,
     cuda_processes: BTreeMap<u32, String>,
     cuda_calls: Vec<crate::recording::record::CudaCall>,
     cuda_libraries: Vec<crate::cuda::ProbedLibrary>,
@@ -350,6 +353,14 @@ impl Analyzer {
             }
             Record::Host { cpus } => self.cpus = cpus,
             Record::Unwinding(stats) => self.unwinding = Some(stats),
+            Record::PythonStacks(stats) => self.python = Some(stats),
+            Record::CudaCallSite {
+                tid,
+                start_ns,
+                python,
+            } => {
+                self.call_sites.insert((tid, start_ns), python);
+            }
             Record::CudaLibrary { ts_ns, pid, path } => {
                 self.seen_ts(ts_ns);
                 self.cuda_processes.insert(pid, path);
@@ -396,8 +407,11 @@ impl Analyzer {
                     self.env_ranks.insert(pid, r);
                 }
             }
-            Record::CudaCall(call) => {
+            Record::CudaCall(mut call) => {
                 self.seen_ts(call.start_ns);
+                if let Some(site) = self.call_sites.remove(&(call.tid, call.start_ns)) {
+                    call.caller = python_caller(&site, &call.caller);
+                }
                 self.cuda_calls.push(call);
             }
             Record::Launches {
@@ -490,6 +504,7 @@ impl Analyzer {
             gpus,
             cpus: self.cpus,
             unwinding: self.unwinding,
+            python: self.python,
             cuda_processes: self.cuda_processes,
             cuda: crate::cuda::CudaView {
                 env_ranks: self.env_ranks,
@@ -595,4 +610,33 @@ fn finish_processes(
         }
     }
     out
+}
+
+/// A probed call's caller as a Python user reads it: the line of their own code that made it
+/// (the last of `site`, innermost first), then the native function that called the API.
+fn python_caller(site: &[String], native: &str) -> String {
+    match (site.last(), native.is_empty()) {
+        (None, _) => native.to_string(),
+        (Some(line), true) => line.clone(),
+        (Some(line), false) => format!("{line} via {native}"),
+    }
+}
+
+#[cfg(test)]
+mod python_caller_tests {
+    use super::python_caller;
+
+    #[test]
+    fn the_users_line_comes_first_then_the_native_caller() {
+        let site = vec![
+            "synchronize (torch/cuda/__init__.py:985)".to_string(),
+            "train_step (train.py:57)".to_string(),
+        ];
+        assert_eq!(
+            python_caller(&site, "at::cuda::sync"),
+            "train_step (train.py:57) via at::cuda::sync"
+        );
+        assert_eq!(python_caller(&site, ""), "train_step (train.py:57)");
+        assert_eq!(python_caller(&[], "at::cuda::sync"), "at::cuda::sync");
+    }
 }

@@ -52,6 +52,8 @@ pub struct Analysis {
     pub cuda: crate::cuda::CudaView,
     /// How the stack samples were unwound; `None` in recordings made before it was recorded.
     pub unwinding: Option<crate::recording::record::UnwindStats>,
+    /// How the Python frames were read; `None` when the recording says nothing of them.
+    pub python: Option<crate::recording::record::PythonStats>,
 }
 
 /// One GPU over the recording.

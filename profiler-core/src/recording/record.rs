@@ -206,6 +206,16 @@ pub enum Record {
     /// How the stack samples were unwound, written once at the end. Added after the first
     /// version-1 recordings: readers before it skip it as a record of an unknown kind.
     Unwinding(UnwindStats),
+    /// How the Python frames of CPython processes were read, written at the end.
+    PythonStacks(PythonStats),
+    /// The Python line a probed CUDA/NCCL call was made from: the innermost Python frames
+    /// of the thread, innermost first, for the `CudaCall` of `tid` that started at
+    /// `start_ns` (written just before it).
+    CudaCallSite {
+        tid: u32,
+        start_ns: u64,
+        python: Vec<String>,
+    },
 }
 
 /// Stack samples counted by how far their unwind got and which walk gave it.
@@ -237,6 +247,25 @@ impl UnwindStats {
     pub fn samples(&self) -> u64 {
         self.complete + self.truncated + self.failed
     }
+}
+
+/// How the Python frames of CPython processes were read.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PythonStats {
+    /// Each CPython process found, with its version ("3.11").
+    pub processes: Vec<(u32, String)>,
+    /// Stack samples that carried Python frames, and those frames.
+    pub samples: u64,
+    pub frames: u64,
+    /// Frames whose code object could not be read (the process had exited, or the frame was
+    /// half made); their samples keep the other frames.
+    pub unreadable: u64,
+    /// Samples whose Python stack was deeper than the kernel's walk reads: the outermost
+    /// frames are missing.
+    pub truncated: u64,
+    /// Named problems, each once: an unsupported version, an interpreter that could not be
+    /// read, a process gone before its frames were read.
+    pub warnings: Vec<String>,
 }
 
 /// One probed CUDA/NCCL call of a traced thread, entry to return.

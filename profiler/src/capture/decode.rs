@@ -4,13 +4,14 @@
 use std::collections::HashMap;
 
 use profiler_common::{
-    BlockIo, CpuSample, CudaCall, Header, OffCpuSample, ThreadExit, ThreadNew, UserStackHead, kind,
-    state,
+    BlockIo, CpuSample, CudaCall, Header, OffCpuSample, PyFrame, PyStack, ThreadExit, ThreadNew,
+    UserStackHead, kind, state,
 };
 use profiler_core::recording::record::{self, Record, ThreadCounters, UnwindStats};
 
 use super::{
     proc::target,
+    python::{Python, merge},
     stacks::{Method, Namer, Quality, RawStack, StackCopy, Stacks, Unwinding},
 };
 
@@ -19,6 +20,14 @@ use super::{
 struct PendingCopy {
     head: UserStackHead,
     bytes: Vec<u8>,
+}
+
+/// A thread's latest Python frames, waiting for the sample or call sent right after them.
+#[derive(Default)]
+struct PendingPython {
+    ts_ns: u64,
+    frames: Vec<PyFrame>,
+    truncated: bool,
 }
 
 /// A probed CUDA call, from a ring-buffer record or an entry still open at the end.
@@ -81,6 +90,9 @@ pub struct Decoder {
     raw: HashMap<Vec<u64>, u32>,
     pending: HashMap<u32, PendingOffCpu>,
     copies: HashMap<u32, PendingCopy>,
+    python_frames: HashMap<u32, PendingPython>,
+    /// The CPython processes traced, and the code objects of their frames.
+    pub python: Python,
     /// Whether the kernel side sends stack copies.
     pub copying: bool,
     /// How the stack samples were unwound, so far.
@@ -139,15 +151,35 @@ impl Decoder {
             Method::Dwarf => &mut u.by_dwarf,
         } += 1;
         let (user, kernel) = (&unwound.user[..], raw.kernel);
-        let mut key = Vec::with_capacity(2 + user.len() + kernel.len());
+        let python = self
+            .python_frames
+            .get(&h.tid)
+            .filter(|p| p.ts_ns == h.ts_ns);
+        let py_len = python.map_or(0, |p| p.frames.len());
+        let mut key = Vec::with_capacity(3 + user.len() + kernel.len() + 2 * py_len);
         key.push(u64::from(pid));
         key.push(user.len() as u64);
+        key.push(py_len as u64);
         key.extend_from_slice(user);
+        key.extend(
+            python
+                .iter()
+                .flat_map(|p| &p.frames)
+                .flat_map(|f| [f.code, f.instr]),
+        );
         key.extend_from_slice(kernel);
         if let Some(&id) = self.raw.get(&key) {
             return id;
         }
-        let frames = self.namer.name_stack(pid, user, kernel);
+        let (mut frames, user_len) = self.namer.name_stack_parts(pid, user, kernel);
+        if let Some(p) = self
+            .python_frames
+            .remove(&h.tid)
+            .filter(|p| p.ts_ns == h.ts_ns)
+            && let Some(runs) = self.python.runs(pid, &p.frames, p.truncated)
+        {
+            frames = merge::merge(&frames, user_len, &runs);
+        }
         let (id, new) = self.stacks.intern(frames);
         if let Some(frames) = new {
             out.push(Record::Stack { id, frames });
@@ -173,6 +205,14 @@ impl Decoder {
         }
         let ok = match h.kind {
             kind::USER_STACK => self.user_stack(&h, bytes),
+            kind::PY_STACK => read::<PyStack>(bytes).map(|p| {
+                let len = (p.len as usize).min(p.frames.len());
+                let pending = self.python_frames.entry(h.tid).or_default();
+                pending.ts_ns = h.ts_ns;
+                pending.truncated = p.truncated != 0;
+                pending.frames.clear();
+                pending.frames.extend_from_slice(&p.frames[..len]);
+            }),
             kind::CPU_SAMPLE => read::<CpuSample>(bytes).map(|s| {
                 let stack = self.stack(&h, &s.stack, out);
                 out.push(Record::CpuSample {
@@ -224,7 +264,11 @@ impl Decoder {
                     status: c.ret & 0xffff_ffff,
                     caller: c.caller,
                 };
-                out.push(self.cuda_call(&call)?);
+                let record = self.cuda_call(&call)?;
+                if let Some(site) = self.call_site(h.tid, h.pid, h.ts_ns) {
+                    out.push(site);
+                }
+                out.push(record);
                 Some(())
             }),
             kind::THREAD_EXIT => read::<ThreadExit>(bytes).map(|e| {
@@ -240,11 +284,13 @@ impl Decoder {
                     counters: counters(h.tid, &e.stats),
                 });
                 self.copies.remove(&h.tid);
+                self.python_frames.remove(&h.tid);
                 self.exited.push(h.tid);
             }),
             kind::THREAD_NEW | kind::EXEC => read::<ThreadNew>(bytes).map(|new| {
                 self.highest_slot = self.highest_slot.max(new.slot);
                 if h.kind == kind::EXEC {
+                    self.python.forget(h.pid);
                     self.namer.forget(h.pid);
                     self.unwinding.0.forget(h.pid);
                     self.raw.retain(|k, _| k[0] != u64::from(h.pid));
@@ -298,7 +344,20 @@ impl Decoder {
         }
     }
 
-    /// Closes off-CPU periods still open when the recording ends.
+    /// The Python frames a probed call of `tid` starting at `start_ns` was made from.
+    fn call_site(&mut self, tid: u32, pid: u32, start_ns: u64) -> Option<Record> {
+        let p = self
+            .python_frames
+            .remove(&tid)
+            .filter(|p| p.ts_ns == start_ns)?;
+        let python = self.python.call_site(pid, &p.frames)?;
+        Some(Record::CudaCallSite {
+            tid,
+            start_ns,
+            python,
+        })
+    }
+
     fn cuda_call(&mut self, c: &Call) -> Option<Record> {
         let api = profiler_core::cuda::APIS.get(c.cookie as u32 as usize)?;
         Some(Record::CudaCall(record::CudaCall {

@@ -6,6 +6,7 @@ pub mod gpu;
 pub mod kernel;
 pub mod probes;
 pub mod proc;
+pub mod python;
 pub mod recording_file;
 pub mod session;
 pub mod sink;

@@ -42,6 +42,8 @@ pub struct Session {
     last_tick_ns: u64,
     comms: HashMap<u32, String>,
     probes: super::probes::cuda::CudaProbes,
+    /// Whether the kernel sends Python frames (`record --no-python` turns them off).
+    pub python: bool,
     /// Removing the CUDA probes, in the background; joined before exit.
     pub unprobe: Option<std::thread::JoinHandle<()>>,
 }
@@ -90,6 +92,7 @@ impl Session {
             last_tick_ns: 0,
             comms: HashMap::new(),
             probes,
+            python: true,
             unprobe: None,
         }
     }
@@ -108,6 +111,13 @@ impl Session {
                         pids.insert(*pid);
                     }
                     self.files.scan(*pid);
+                    if self.python {
+                        // A DataLoader worker is new: its Python frames from now, not from
+                        // the next scan.
+                        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))
+                            .unwrap_or_default();
+                        self.decoder.python.scan(&mut self.ebpf, *pid, &maps);
+                    }
                     write_process(self.sink.as_mut(), &r)?;
                     continue;
                 }
@@ -131,6 +141,9 @@ impl Session {
     fn scan_process(&mut self, pid: u32) -> anyhow::Result<()> {
         let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
         self.files.scan_with(pid, &maps);
+        if self.python {
+            self.decoder.python.scan(&mut self.ebpf, pid, &maps);
+        }
         for r in self.probes.scan(&mut self.ebpf, pid, &maps) {
             self.sink.write(&r)?;
         }
@@ -338,6 +351,10 @@ impl Session {
         }
         self.sink
             .write(&Record::Unwinding(self.decoder.unwind_stats()))?;
+        if self.python {
+            self.sink
+                .write(&Record::PythonStacks(self.decoder.python.stats.clone()))?;
+        }
         Ok(())
     }
 }

@@ -101,6 +101,9 @@ pub struct JsonReport<'a> {
     /// How the stack samples were unwound (absent from recordings made before it was).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub unwinding: Option<&'a crate::recording::record::UnwindStats>,
+    /// How the Python frames were read (absent when the recording says nothing of them).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub python: Option<&'a crate::recording::record::PythonStats>,
     pub gpus: Vec<gpu::JsonGpu<'a>>,
     /// PID -> the CUDA driver library it mapped, from /proc/PID/maps.
     pub cuda_processes: &'a BTreeMap<u32, String>,
@@ -254,6 +257,7 @@ impl<'a> JsonReport<'a> {
             lost_events: a.lost_events,
             attempted_events: a.attempted_events,
             unwinding: a.unwinding.as_ref(),
+            python: a.python.as_ref(),
             events: &a.events,
             threads,
             processes,

@@ -256,6 +256,9 @@ fn write_header<W: Write>(a: &Analysis, load: &LoadInfo, w: &mut W) -> io::Resul
     if let Some(u) = &a.unwinding {
         write_unwinding(u, w)?;
     }
+    if let Some(p) = &a.python {
+        write_python(p, w)?;
+    }
     if let Some(t) = load.truncated {
         writeln!(
             w,
@@ -271,6 +274,33 @@ fn write_header<W: Write>(a: &Analysis, load: &LoadInfo, w: &mut W) -> io::Resul
              newer stallscope)",
             load.unknown_records
         )?;
+    }
+    Ok(())
+}
+
+fn write_python<W: Write>(p: &crate::recording::record::PythonStats, w: &mut W) -> io::Result<()> {
+    if !p.processes.is_empty() {
+        let mut versions: Vec<&str> = p.processes.iter().map(|(_, v)| v.as_str()).collect();
+        versions.sort_unstable();
+        versions.dedup();
+        write!(
+            w,
+            "python: {} samples with Python frames (CPython {} in {} process{})",
+            p.samples,
+            versions.join(", "),
+            p.processes.len(),
+            if p.processes.len() == 1 { "" } else { "es" },
+        )?;
+        if p.unreadable > 0 {
+            write!(w, "; {} frames unreadable", p.unreadable)?;
+        }
+        if p.truncated > 0 {
+            write!(w, "; {} samples deeper than the walk reads", p.truncated)?;
+        }
+        writeln!(w)?;
+    }
+    for warning in &p.warnings {
+        writeln!(w, "warning: {warning}")?;
     }
     Ok(())
 }

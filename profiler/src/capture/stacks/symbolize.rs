@@ -202,25 +202,40 @@ impl Namer {
     /// Names a sampled stack (addresses leaf first), root first: user frames, then kernel
     /// frames.
     pub fn name_stack(&mut self, pid: u32, user: &[u64], kernel: &[u64]) -> Vec<String> {
+        self.name_stack_parts(pid, user, kernel).0
+    }
+
+    /// [`Self::name_stack`], and how many of its frames (from the root) are user frames.
+    pub fn name_stack_parts(
+        &mut self,
+        pid: u32,
+        user: &[u64],
+        kernel: &[u64],
+    ) -> (Vec<String>, usize) {
         let mut out: Vec<String> = self.names(pid, user, false);
         out.reverse();
+        let user_len = out.len();
         let mut k = self.names(pid, kernel, true);
         // The capture itself runs inside the sched_switch program: not the thread's stack.
+        // The program's own frame is not always named as one (a JIT image between kernel
+        // symbols takes the name before it), so everything up to the tracepoint's
+        // trampoline goes.
         let own = k
             .iter()
-            .take_while(|f| {
+            .take(4)
+            .rposition(|f| {
                 f.starts_with("bpf_prog_")
                     || f.starts_with("bpf_trace_run")
                     || f.starts_with("__bpf_trace")
             })
-            .count();
+            .map_or(0, |i| i + 1);
         k.drain(..own);
         k.reverse();
         out.extend(k);
         if out.is_empty() {
             out.push("[no stack]".to_string());
         }
-        out
+        (out, user_len)
     }
 
     /// Names the function a return address returns into: the caller of a probed function.
