@@ -96,7 +96,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<i32> {
     let offsets = layout.offsets;
     let max_threads = args.max_threads;
     let loading = std::thread::spawn(move || loader::load(&offsets, &config, max_threads, &skip));
-    let decoder = crate::capture::decode::Decoder::with_kernel_symbols(
+    let mut decoder = crate::capture::decode::Decoder::with_kernel_symbols(
         match args.unwind {
             UnwindMode::Dwarf => Unwinding::default(),
             UnwindMode::Fp => Unwinding(Box::new(FramePointers)),
@@ -119,6 +119,10 @@ pub fn run(args: RecordArgs) -> anyhow::Result<i32> {
     for &pid in &tree {
         let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
         early.extend(probes.scan(&mut ebpf, pid, &maps));
+        // Before the programs attach, so that the first samples carry their Python frames.
+        if !args.no_python {
+            decoder.python.scan(&mut ebpf, pid, &maps);
+        }
     }
     let start_ns = monotonic_ns();
     let seeds = match &launched {

@@ -615,7 +615,7 @@ fn finish_processes(
 /// A probed call's caller as a Python user reads it: the line of their own code that made it
 /// (the last of `site`, innermost first), then the native function that called the API.
 fn python_caller(site: &[String], native: &str) -> String {
-    match (site.last(), native.is_empty()) {
+    match (site.last(), native.is_empty() || native == "[unknown]") {
         (None, _) => native.to_string(),
         (Some(line), true) => line.clone(),
         (Some(line), false) => format!("{line} via {native}"),
@@ -637,6 +637,10 @@ mod python_caller_tests {
             "train_step (train.py:57) via at::cuda::sync"
         );
         assert_eq!(python_caller(&site, ""), "train_step (train.py:57)");
+        assert_eq!(
+            python_caller(&site, "[unknown]"),
+            "train_step (train.py:57)"
+        );
         assert_eq!(python_caller(&[], "at::cuda::sync"), "at::cuda::sync");
     }
 }

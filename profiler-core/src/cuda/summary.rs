@@ -39,12 +39,39 @@ pub struct ApiTotal {
     pub total_ns: u64,
     /// Calls that returned an error.
     pub errors: u64,
+    /// Where the calls came from, most time first (the three largest): the Python line
+    /// when the caller runs CPython, else the native function.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub callers: Vec<CallerTotal>,
 }
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct CallerTotal {
+    pub caller: String,
+    pub calls: u64,
+    pub total_ns: u64,
+}
+
+/// Callers kept per API.
+const CALLERS_KEPT: usize = 3;
 
 pub fn summarize(v: &CudaView) -> CudaSummary<'_> {
     let mut procs: BTreeMap<u32, ProcessCuda> = BTreeMap::new();
     let mut apis: BTreeMap<(u32, &str), ApiTotal> = BTreeMap::new();
+    let mut callers: BTreeMap<(u32, &str, &str), CallerTotal> = BTreeMap::new();
     for c in &v.calls {
+        if !c.caller.is_empty() {
+            let t = callers
+                .entry((c.pid, c.api.as_str(), c.caller.as_str()))
+                .or_insert_with(|| CallerTotal {
+                    caller: c.caller.clone(),
+                    ..CallerTotal::default()
+                });
+            t.calls += 1;
+            t.total_ns = t
+                .total_ns
+                .saturating_add(c.end_ns.saturating_sub(c.start_ns));
+        }
         procs.entry(c.pid).or_default();
         let t = apis
             .entry((c.pid, c.api.as_str()))
@@ -87,7 +114,15 @@ pub fn summarize(v: &CudaView) -> CudaSummary<'_> {
         p.pinned_copy_bytes = *pinned;
         p.pageable_copy_bytes = *pageable;
     }
-    for ((pid, _), t) in apis {
+    for ((pid, api, _), t) in callers {
+        if let Some(a) = apis.get_mut(&(pid, api)) {
+            a.callers.push(t);
+        }
+    }
+    for ((pid, _), mut t) in apis {
+        t.callers
+            .sort_by(|x, y| y.total_ns.cmp(&x.total_ns).then(x.caller.cmp(&y.caller)));
+        t.callers.truncate(CALLERS_KEPT);
         procs.entry(pid).or_default().calls.push(t);
     }
     let processes = procs

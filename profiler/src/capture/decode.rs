@@ -87,7 +87,8 @@ pub struct Decoder {
     stacks: Stacks,
     /// Raw stacks already named, keyed by pid followed by the user and kernel addresses:
     /// a repeated stack (the common case) costs a hash lookup, not a symbolization.
-    raw: HashMap<Vec<u64>, u32>,
+    /// With each: whether Python frames were merged into it (for the Python counts).
+    raw: HashMap<Vec<u64>, (u32, bool)>,
     pending: HashMap<u32, PendingOffCpu>,
     copies: HashMap<u32, PendingCopy>,
     python_frames: HashMap<u32, PendingPython>,
@@ -168,17 +169,23 @@ impl Decoder {
                 .flat_map(|f| [f.code, f.instr]),
         );
         key.extend_from_slice(kernel);
-        if let Some(&id) = self.raw.get(&key) {
+        if let Some(&(id, merged)) = self.raw.get(&key) {
+            if merged && let Some(p) = self.python_frames.remove(&h.tid) {
+                self.python.count_sample(&p.frames, p.truncated);
+            }
             return id;
         }
         let (mut frames, user_len) = self.namer.name_stack_parts(pid, user, kernel);
+        let mut merged = false;
         if let Some(p) = self
             .python_frames
             .remove(&h.tid)
             .filter(|p| p.ts_ns == h.ts_ns)
-            && let Some(runs) = self.python.runs(pid, &p.frames, p.truncated)
+            && let Some(runs) = self.python.runs(pid, &p.frames)
         {
+            self.python.count_sample(&p.frames, p.truncated);
             frames = merge::merge(&frames, user_len, &runs);
+            merged = true;
         }
         let (id, new) = self.stacks.intern(frames);
         if let Some(frames) = new {
@@ -189,7 +196,7 @@ impl Decoder {
         if self.raw.len() >= RAW_STACKS_KEPT {
             self.raw.clear();
         }
-        self.raw.insert(key, id);
+        self.raw.insert(key, (id, merged));
         id
     }
 

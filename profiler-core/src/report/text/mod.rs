@@ -137,6 +137,15 @@ fn write_cuda<W: Write>(summary: &CudaSummary<'_>, w: &mut W) -> io::Result<()> 
                     String::new()
                 }
             )?;
+            for from in &c.callers {
+                writeln!(
+                    w,
+                    "      from {} ({} calls, {} s)",
+                    from.caller,
+                    from.calls,
+                    units::seconds(from.total_ns)
+                )?;
+            }
         }
     }
     Ok(())

@@ -58,103 +58,143 @@ pub fn version_of(file_name: &str) -> Option<(u8, u8)> {
     Some((major.parse().ok()?, digits.parse().ok()?))
 }
 
-/// A file mapping of `/proc/PID/maps`: start address, file offset, path.
-fn file_mappings(maps: &str) -> Vec<(u64, u64, PathBuf)> {
+/// A file mapping of `/proc/PID/maps`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct FileMapping {
+    start: u64,
+    offset: u64,
+    /// Device and inode, as the maps list them: the file's identity across processes.
+    file: (String, u64),
+    path: PathBuf,
+}
+
+fn file_mappings(maps: &str) -> Vec<FileMapping> {
     maps.lines()
         .filter_map(|line| {
             let mut f = line.split_whitespace();
             let range = f.next()?;
             let _perms = f.next()?;
             let offset = u64::from_str_radix(f.next()?, 16).ok()?;
-            let _dev = f.next()?;
-            let _inode = f.next()?;
+            let dev = f.next()?;
+            let inode = f.next()?.parse().ok()?;
             let path = f.next()?;
             if !path.starts_with('/') {
                 return None;
             }
             let start = u64::from_str_radix(range.split_once('-')?.0, 16).ok()?;
-            Some((start, offset, PathBuf::from(path)))
+            Some(FileMapping {
+                start,
+                offset,
+                file: (dev.to_string(), inode),
+                path: PathBuf::from(path),
+            })
         })
         .collect()
 }
 
-/// The runtime addresses of `names` in the ELF file `path` of process `pid`, mapped at
-/// `start` from file offset `offset`.
-fn symbols(
-    pid: u32,
-    path: &Path,
-    start: u64,
-    offset: u64,
-    names: &[&str],
-) -> Result<Vec<Option<u64>>, String> {
+/// What is read of an interpreter's ELF file, once per file: its loadable segments
+/// (address, file offset, file size) and the addresses of the symbols wanted.
+#[derive(Clone, Debug)]
+pub struct ElfFacts {
+    segments: Vec<(u64, u64, u64)>,
+    runtime: Option<u64>,
+    code_type: Option<u64>,
+}
+
+/// ELF facts by file (device, inode): DataLoader workers share their parent's files, and an
+/// interpreter library is tens of megabytes.
+pub type ElfCache = HashMap<(String, u64), Result<ElfFacts, String>>;
+
+fn elf_facts(pid: u32, path: &Path) -> Result<ElfFacts, String> {
     let on_disk =
         Path::new(&format!("/proc/{pid}/root")).join(path.strip_prefix("/").unwrap_or(path));
     let data = std::fs::read(&on_disk).map_err(|e| format!("{}: {e}", path.display()))?;
     let elf = object::File::parse(&*data).map_err(|e| format!("{}: {e}", path.display()))?;
-    // The bias from the loadable segment the mapping begins in.
-    let (vaddr, file_off) = elf
+    let segments = elf
         .segments()
-        .filter_map(|s| {
+        .map(|s| {
             let (o, n) = s.file_range();
-            (o <= offset && offset < o + n.max(1)).then_some((s.address(), o))
+            (s.address(), o, n)
         })
-        .next()
-        .ok_or_else(|| format!("{}: no segment holds offset {offset:#x}", path.display()))?;
-    let bias = (start + file_off).wrapping_sub(offset + vaddr);
-    let mut found: HashMap<&str, u64> = HashMap::new();
+        .collect();
+    let mut facts = ElfFacts {
+        segments,
+        runtime: None,
+        code_type: None,
+    };
     for sym in elf.dynamic_symbols().chain(elf.symbols()) {
         if sym.is_undefined() {
             continue;
         }
-        if let Ok(name) = sym.name()
-            && let Some(&want) = names.iter().find(|n| **n == name)
-        {
-            found
-                .entry(want)
-                .or_insert(sym.address().wrapping_add(bias));
+        match sym.name() {
+            Ok("_PyRuntime") => facts.runtime = facts.runtime.or(Some(sym.address())),
+            Ok("PyCode_Type") => facts.code_type = facts.code_type.or(Some(sym.address())),
+            _ => {}
         }
     }
-    Ok(names.iter().map(|n| found.get(n).copied()).collect())
+    Ok(facts)
+}
+
+impl ElfFacts {
+    /// The load bias of a mapping of this file at `start` from file offset `offset`: from
+    /// the loadable segment the mapping begins in.
+    fn bias(&self, start: u64, offset: u64) -> Option<u64> {
+        let &(vaddr, file_off, _) = self
+            .segments
+            .iter()
+            .find(|&&(_, o, n)| o <= offset && offset < o + n.max(1))?;
+        Some((start + file_off).wrapping_sub(offset + vaddr))
+    }
 }
 
 impl Interpreter {
     /// Finds the interpreter of `pid` from its maps' text.
-    pub fn find(pid: u32, maps: &str) -> Result<Found, String> {
-        let mut candidates: Vec<(u64, u64, PathBuf, (u8, u8))> = file_mappings(maps)
+    pub fn find(pid: u32, maps: &str, cache: &mut ElfCache) -> Result<Found, String> {
+        let mut candidates: Vec<(FileMapping, (u8, u8))> = file_mappings(maps)
             .into_iter()
-            .filter_map(|(start, offset, path)| {
-                let version = version_of(path.file_name()?.to_str()?)?;
-                Some((start, offset, path, version))
+            .filter_map(|m| {
+                let version = version_of(m.path.file_name()?.to_str()?)?;
+                Some((m, version))
             })
             .collect();
         // The library holds the runtime when there is one; each file by its lowest mapping.
-        candidates.sort_by_key(|(start, offset, path, _)| {
-            let lib = path
+        candidates.sort_by_key(|(m, _)| {
+            let lib = m
+                .path
                 .file_name()
                 .and_then(|n| n.to_str())
                 .is_some_and(|n| n.starts_with("lib"));
-            (!lib, path.clone(), *offset, *start)
+            (!lib, m.path.clone(), m.offset, m.start)
         });
-        candidates.dedup_by(|a, b| a.2 == b.2);
+        candidates.dedup_by(|a, b| a.0.path == b.0.path);
         let mut last_error = None;
-        for (start, offset, path, version) in candidates {
+        for (m, version) in candidates {
             let Some(layout) = layout(version.0, version.1) else {
-                return Ok(Found::Unsupported { version, path });
+                return Ok(Found::Unsupported {
+                    version,
+                    path: m.path,
+                });
             };
-            match symbols(pid, &path, start, offset, &["_PyRuntime", "PyCode_Type"]) {
-                Ok(addrs) => {
-                    if let Some(runtime) = addrs[0] {
-                        return Ok(Found::Python(Interpreter {
-                            layout,
-                            runtime,
-                            code_type: addrs[1],
-                            path,
-                            pthread_tid: None,
-                        }));
-                    }
+            let facts = cache
+                .entry(m.file.clone())
+                .or_insert_with(|| elf_facts(pid, &m.path));
+            let facts = match facts {
+                Ok(f) => f,
+                Err(e) => {
+                    last_error = Some(e.clone());
+                    continue;
                 }
-                Err(e) => last_error = Some(e),
-            }
+            };
+            let (Some(runtime), Some(bias)) = (facts.runtime, facts.bias(m.start, m.offset)) else {
+                continue;
+            };
+            return Ok(Found::Python(Interpreter {
+                layout,
+                runtime: runtime.wrapping_add(bias),
+                code_type: facts.code_type.map(|a| a.wrapping_add(bias)),
+                path: m.path,
+                pthread_tid: None,
+            }));
         }
         match last_error {
             Some(e) => Err(e),
@@ -194,54 +234,74 @@ impl Interpreter {
             }
             interp = mem.u64(interp + l.interp_next).unwrap_or(0);
         }
-        if l.tstate_native_thread_id.is_some() {
-            return Ok(states
-                .into_iter()
-                .filter_map(|(t, _, native)| Some((native?, t)))
-                .filter(|(tid, _)| tids.contains(tid))
-                .collect());
+        // The native TID where the version keeps one and it is current; otherwise (before
+        // 3.11, and in a child forked before the interpreter updated its thread state) the
+        // TID glibc keeps in the thread's pthread, which fork updates.
+        let mut out = Vec::new();
+        let mut rest = Vec::new();
+        for (tstate, ident, native) in states {
+            match native {
+                Some(tid) if tids.contains(&tid) => out.push((tid, tstate)),
+                _ => rest.push((tstate, ident)),
+            }
         }
-        let idents: Vec<u64> = states.iter().map(|s| s.1).collect();
+        if rest.is_empty() {
+            return Ok(out);
+        }
         if self.pthread_tid.is_none() {
+            let idents: Vec<u64> = rest.iter().map(|r| r.1).collect();
             self.pthread_tid = pthread_tid_offset(mem, &idents, tids);
         }
-        let off = self
-            .pthread_tid
-            .ok_or("no thread's kernel TID was found in its pthread")?;
-        Ok(states
-            .into_iter()
-            .filter_map(|(t, ident, _)| Some((mem.i32(ident + off)? as u32, t)))
-            .filter(|(tid, _)| tids.contains(tid))
-            .collect())
+        let Some(off) = self.pthread_tid else {
+            if out.is_empty() {
+                return Err("no thread's kernel TID was found in its pthread".into());
+            }
+            return Ok(out);
+        };
+        let mut taken: HashSet<u32> = out.iter().map(|o| o.0).collect();
+        for (tstate, ident) in rest {
+            if let Some(tid) = mem.i32(ident + off).map(|t| t as u32)
+                && tids.contains(&tid)
+                && taken.insert(tid)
+            {
+                out.push((tid, tstate));
+            }
+        }
+        Ok(out)
     }
 }
 
 /// glibc's offset of `tid` in `struct pthread` on x86_64 for many releases.
 const GLIBC_PTHREAD_TID: u64 = 0x2d0;
 
-/// The offset in `struct pthread` (a `pthread_t` points at it) that holds the kernel TID: the
-/// one at which every thread's pthread holds one of the process's TIDs, each a different
-/// one. glibc's own offset wins a tie.
+/// The offset in `struct pthread` (a `pthread_t` points at it) that holds the kernel TID:
+/// the one at which the most threads' pthreads hold distinct TIDs of the process (a thread
+/// state can outlive its thread, so not all need to), at least half of them. glibc's own
+/// offset wins a tie.
 pub fn pthread_tid_offset(mem: &Memory, idents: &[u64], tids: &HashSet<u32>) -> Option<u64> {
     const SCAN: usize = 2048;
     let blocks: Vec<Vec<u8>> = idents.iter().filter_map(|&p| mem.bytes(p, SCAN)).collect();
-    if blocks.is_empty() {
-        return None;
-    }
-    let fits = |off: usize| {
+    let hits = |off: usize| {
         let mut seen = HashSet::new();
-        blocks.iter().all(|b| {
-            let tid = u32::from_le_bytes(b[off..off + 4].try_into().unwrap_or_default());
-            tids.contains(&tid) && seen.insert(tid)
-        })
+        blocks
+            .iter()
+            .filter(|b| {
+                let tid = u32::from_le_bytes(b[off..off + 4].try_into().unwrap_or_default());
+                tids.contains(&tid) && seen.insert(tid)
+            })
+            .count()
     };
-    if fits(GLIBC_PTHREAD_TID as usize) {
-        return Some(GLIBC_PTHREAD_TID);
-    }
-    (0..SCAN - 4)
+    let need = blocks.len().div_ceil(2).max(1);
+    let glibc = hits(GLIBC_PTHREAD_TID as usize);
+    let (best, count) = (0..SCAN - 4)
         .step_by(4)
-        .find(|&o| fits(o))
-        .map(|o| o as u64)
+        .map(|o| (o, hits(o)))
+        .max_by_key(|&(o, n)| (n, std::cmp::Reverse(o)))?;
+    if glibc >= need && glibc >= count {
+        Some(GLIBC_PTHREAD_TID)
+    } else {
+        (count >= need).then_some(best as u64)
+    }
 }
 
 /// The TIDs of process `pid` now.
@@ -280,7 +340,49 @@ mod tests {
         assert_eq!(m.len(), 2);
         assert_eq!(
             m[1],
-            (0x7f10, 0x2000, PathBuf::from("/lib/libpython3.11.so.1.0"))
+            FileMapping {
+                start: 0x7f10,
+                offset: 0x2000,
+                file: ("08:01".to_string(), 99),
+                path: PathBuf::from("/lib/libpython3.11.so.1.0"),
+            }
         );
+    }
+
+    #[test]
+    fn the_tid_offset_is_found_in_this_process_own_pthreads() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+        let stop_rx = std::sync::Arc::new(std::sync::Mutex::new(stop_rx));
+        let handles: Vec<_> = (0..3)
+            .map(|_| {
+                let tx = tx.clone();
+                let stop = stop_rx.clone();
+                std::thread::spawn(move || {
+                    // SAFETY: pthread_self has no preconditions.
+                    let ident = unsafe { libc::pthread_self() } as u64;
+                    // SAFETY: gettid has no preconditions.
+                    let tid = unsafe { libc::gettid() } as u32;
+                    tx.send((ident, tid)).unwrap();
+                    let _ = stop.lock().unwrap().recv();
+                })
+            })
+            .collect();
+        let threads: Vec<(u64, u32)> = (0..3).map(|_| rx.recv().unwrap()).collect();
+        let pid = std::process::id();
+        let mem = Memory::open(pid).unwrap();
+        let tids = task_tids(pid);
+        let idents: Vec<u64> = threads.iter().map(|t| t.0).collect();
+        let off = pthread_tid_offset(&mem, &idents, &tids).expect("an offset");
+        for (ident, tid) in &threads {
+            assert_eq!(mem.i32(ident + off), Some(*tid as i32));
+        }
+        // Pthreads of another process's TIDs hold none of these.
+        let others: HashSet<u32> = [1].into();
+        assert_eq!(pthread_tid_offset(&mem, &idents, &others), None);
+        drop(stop_tx);
+        for h in handles {
+            h.join().unwrap();
+        }
     }
 }

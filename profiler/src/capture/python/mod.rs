@@ -78,6 +78,7 @@ pub struct Python {
     /// (pid, code object address, instruction) -> frame name.
     names: HashMap<(u32, u64, u64), String>,
     warned: HashSet<String>,
+    elves: interpreter::ElfCache,
     pub stats: PythonStats,
 }
 
@@ -146,7 +147,7 @@ impl Python {
 
     /// Looks for an interpreter in `pid`; true if one was found and handed to the kernel.
     fn find(&mut self, ebpf: &mut aya::Ebpf, pid: u32, maps: &str) -> bool {
-        let found = Interpreter::find(pid, maps);
+        let found = Interpreter::find(pid, maps, &mut self.elves);
         let interp = match found {
             Ok(Found::Python(interp)) => interp,
             Ok(Found::NotPython) => {
@@ -242,12 +243,7 @@ impl Python {
     /// Names a sample's Python frames (innermost first, as the kernel sent them) and cuts
     /// them into the runs of [`merge::runs`]; None if the process's interpreter is unknown or
     /// none of the frames could be read.
-    pub fn runs(
-        &mut self,
-        pid: u32,
-        frames: &[PyFrame],
-        truncated: bool,
-    ) -> Option<Vec<Vec<String>>> {
+    pub fn runs(&mut self, pid: u32, frames: &[PyFrame]) -> Option<Vec<Vec<String>>> {
         let p = self.procs.get(&pid)?;
         let layout = p.interp.layout;
         let mut named: Vec<(String, bool)> = Vec::with_capacity(frames.len());
@@ -287,9 +283,16 @@ impl Python {
             }
             return None;
         }
-        self.stats.samples += 1;
-        self.stats.frames += named.len() as u64;
-        self.stats.truncated += u64::from(truncated);
         Some(merge::runs(named))
+    }
+
+    /// Counts a sample whose Python frames were merged into its stack.
+    pub fn count_sample(&mut self, frames: &[PyFrame], truncated: bool) {
+        self.stats.samples += 1;
+        self.stats.frames += frames
+            .iter()
+            .filter(|f| f.code & PY_FRAME_SHIM == 0)
+            .count() as u64;
+        self.stats.truncated += u64::from(truncated);
     }
 }

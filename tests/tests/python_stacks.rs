@@ -1,0 +1,282 @@
+//! Python frames from live CPython processes, attached by PID: every interpreter this
+//! machine has (pyenv's 3.8 to 3.13 and Debian's python3) runs `tests/pyjob/threads.py`,
+//! whose threads burn, sleep and sync in known functions at marked lines. Each thread's
+//! samples must show those functions with their lines, in place of the interpreter loop's
+//! frames, and the CUDA sync must name the Python line that made it.
+#[allow(
+    dead_code,
+    reason = "each test binary uses its own part of the shared helpers"
+)]
+mod common;
+
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+    process::Command,
+    time::Duration,
+};
+
+use common::{
+    Scratch, serial,
+    spawned::Spawned,
+    stallscope::{RECORD_TIMEOUT, assert_success, bin, command, parse_report},
+};
+use serde_json::Value;
+
+fn job_script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("pyjob/threads.py")
+}
+
+/// The lines of the job's source that end with `marker`: the ground truth of where its
+/// threads are.
+fn marked_lines(marker: &str) -> Vec<u32> {
+    let src = std::fs::read_to_string(job_script()).expect("the job's source");
+    let lines: Vec<u32> = src
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| l.trim_end().ends_with(marker))
+        .map(|(i, _)| i as u32 + 1)
+        .collect();
+    assert!(
+        !lines.is_empty(),
+        "no line of threads.py is marked {marker}"
+    );
+    lines
+}
+
+/// The interpreters to run: pyenv's CPython 3.8 to 3.13, those installed, and Debian's. The
+/// machine's CPython 3.11 and Debian's python3 must be there; the others are run when
+/// present.
+fn interpreters() -> Vec<PathBuf> {
+    let root = std::env::var_os("PYENV_ROOT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/root/.pyenv"));
+    let mut found: BTreeMap<u32, PathBuf> = BTreeMap::new();
+    for entry in std::fs::read_dir(root.join("versions"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let mut parts = name.split('.');
+        let (Some("3"), Some(minor)) = (parts.next(), parts.next().and_then(|m| m.parse().ok()))
+        else {
+            continue;
+        };
+        let python = entry.path().join("bin/python3");
+        if (8..=13).contains(&minor) && python.is_file() {
+            found.insert(minor, python);
+        }
+    }
+    assert!(
+        found.contains_key(&11),
+        "pyenv's CPython 3.11 (the machine's python3) is not under {}",
+        root.display()
+    );
+    let debian = PathBuf::from("/usr/bin/python3");
+    assert!(debian.is_file(), "Debian's python3 is not installed");
+    found.into_values().chain([debian]).collect()
+}
+
+struct Run {
+    report: Value,
+    truth: Value,
+    on_cpu: Vec<(Vec<String>, u64)>,
+    off_cpu: Vec<(Vec<String>, u64)>,
+}
+
+fn folded(path: &Path) -> Vec<(Vec<String>, u64)> {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .lines()
+        .filter_map(|l| {
+            let (stack, weight) = l.rsplit_once(' ')?;
+            Some((
+                stack.split(';').map(str::to_string).collect(),
+                weight.parse().ok()?,
+            ))
+        })
+        .collect()
+}
+
+fn record(python: &Path, sim: &Scratch) -> Run {
+    let dir = Scratch::new("python-stacks");
+    let truth_path = dir.join("truth.json");
+    let libs = sim.join("lib");
+    let state = sim.join("state");
+    let job = Spawned::start(
+        Command::new(python)
+            .arg(job_script())
+            .arg("8")
+            .arg(&truth_path)
+            .arg("--cuda")
+            .env("LD_LIBRARY_PATH", &libs)
+            .env("STALLSCOPE_SIMGPU_STATE", &state),
+    );
+    job.wait_stdout(Duration::from_secs(60), |l| l.starts_with("ready pid="))
+        .unwrap_or_else(|| {
+            panic!(
+                "{} never became ready; stderr:\n{}",
+                python.display(),
+                job.stderr_so_far()
+            )
+        });
+    let truth: Value =
+        serde_json::from_str(&std::fs::read_to_string(&truth_path).expect("the job's truth"))
+            .expect("the truth is JSON");
+    let pid = truth["pid"].as_u64().expect("a pid").to_string();
+    let f = Spawned::start(
+        command()
+            .env("STALLSCOPE_SIMGPU_STATE", &state)
+            .args(["record", "--json", "-d", "3s", "-o"])
+            .arg(dir.join("x.rec"))
+            .args(["--pid", &pid, "--nvml-lib"])
+            .arg(libs.join("libnvidia-ml.so.1"))
+            .arg("--flamegraph-dir")
+            .arg(dir.join("fg")),
+    )
+    .finish(RECORD_TIMEOUT + Duration::from_secs(3));
+    assert_success(&f, &format!("record of {} threads.py", python.display()));
+    let _ = job.finish(Duration::from_secs(30));
+    Run {
+        report: parse_report(&f.stdout),
+        truth,
+        on_cpu: folded(&dir.join("fg/x.oncpu.folded")),
+        off_cpu: folded(&dir.join("fg/x.offcpu.folded")),
+    }
+}
+
+/// The stacks of thread `tid` (the folded lines begin with the process, then the thread).
+fn of_thread(stacks: &[(Vec<String>, u64)], tid: u64) -> Vec<&(Vec<String>, u64)> {
+    let tag = format!("({tid})");
+    stacks
+        .iter()
+        .filter(|(frames, _)| frames.get(1).is_some_and(|t| t.ends_with(&tag)))
+        .collect()
+}
+
+/// Whether `frames` holds frames naming each of `chain` in order (caller first, others may
+/// lie between), each `function (file:line)` with its line one of the given.
+fn holds(frames: &[String], chain: &[(&str, &[u32])]) -> bool {
+    let mut rest = frames.iter();
+    chain.iter().all(|(function, lines)| {
+        rest.any(|f| {
+            let Some((name, place)) = f.split_once(" (threads.py:") else {
+                return false;
+            };
+            let line: Option<u32> = place.strip_suffix(')').and_then(|l| l.parse().ok());
+            (name == *function || name.ends_with(&format!(".{function}")))
+                && (lines.is_empty() || line.is_some_and(|l| lines.contains(&l)))
+        })
+    })
+}
+
+fn share(stacks: &[&(Vec<String>, u64)], pred: impl Fn(&[String]) -> bool) -> f64 {
+    let total: u64 = stacks.iter().map(|s| s.1).sum();
+    let hit: u64 = stacks.iter().filter(|s| pred(&s.0)).map(|s| s.1).sum();
+    hit as f64 / total.max(1) as f64
+}
+
+fn check(python: &Path, r: &Run) -> Result<(), String> {
+    let hot = marked_lines("# hot");
+    let sleep = marked_lines("# sleep");
+    let sync = marked_lines("# sync");
+    let tid = |name: &str| {
+        r.truth["tids"][name]
+            .as_u64()
+            .expect("the truth has the TIDs")
+    };
+    let version = r.truth["version"].as_str().unwrap_or("?");
+    let pid = r.truth["pid"].as_u64().unwrap_or(0);
+    let py = &r.report["python"];
+    let found = py["processes"]
+        .as_array()
+        .is_some_and(|ps| ps.iter().any(|p| p[0] == pid && p[1] == version));
+    if !found {
+        return Err(format!(
+            "the report does not list PID {pid} as CPython {version}: {py}"
+        ));
+    }
+    if py["warnings"].as_array().is_some_and(|w| !w.is_empty()) {
+        return Err(format!("python warnings: {}", py["warnings"]));
+    }
+    let worker = of_thread(&r.on_cpu, tid("worker"));
+    let w = share(&worker, |f| {
+        holds(f, &[("worker_loop", &[]), ("burn_worker", &hot)])
+    });
+    if w < 0.8 {
+        return Err(format!(
+            "{:.0}% of the worker's on-CPU samples show worker_loop -> burn_worker at lines {hot:?}, want 80%: {worker:?}",
+            w * 100.0
+        ));
+    }
+    let leftover = share(&worker, |f| {
+        f.iter().any(|x| x == "_PyEval_EvalFrameDefault")
+    });
+    if leftover > 0.05 {
+        return Err(format!(
+            "{:.0}% of the worker's samples keep an interpreter loop frame: {worker:?}",
+            leftover * 100.0
+        ));
+    }
+    let main = of_thread(&r.on_cpu, tid("main"));
+    let m = share(&main, |f| {
+        holds(f, &[("run", &[]), ("step", &[]), ("burn_worker", &hot)])
+    });
+    if m < 0.6 {
+        return Err(format!(
+            "{:.0}% of the main thread's on-CPU samples show Trainer.run -> step -> burn_worker, want 60%: {main:?}",
+            m * 100.0
+        ));
+    }
+    let sleeper = of_thread(&r.off_cpu, tid("sleepy"));
+    let s = share(&sleeper, |f| holds(f, &[("sleepy", &sleep)]));
+    if s < 0.8 {
+        return Err(format!(
+            "{:.0}% of the sleeper's off-CPU time shows sleepy at line {sleep:?}, want 80%: {sleeper:?}",
+            s * 100.0
+        ));
+    }
+    let calls = r.report.to_string();
+    let site = format!("wait_for_gpu (threads.py:{})", sync[0]);
+    if !calls.contains(&site) {
+        return Err(format!(
+            "no CUDA call names its Python line {site}: {}",
+            r.report["cuda"]
+        ));
+    }
+    eprintln!(
+        "{}: CPython {version}: worker {:.0}%, main {:.0}%, sleeper {:.0}%, {} samples with Python frames",
+        python.display(),
+        w * 100.0,
+        m * 100.0,
+        s * 100.0,
+        py["samples"]
+    );
+    Ok(())
+}
+
+#[test]
+fn every_interpreter_shows_its_threads_python_frames() {
+    common::require_root();
+    let _serial = serial();
+    let sim = Scratch::new("python-sim");
+    let release = bin().parent().expect("a directory").to_path_buf();
+    simgpu_state::install_dir(&release, &sim.join("lib")).unwrap_or_else(|e| {
+        panic!("the simulated GPU is not built ({e}): run `cargo xtask build`")
+    });
+    let mut failures = Vec::new();
+    for python in interpreters() {
+        let mut r = record(&python, &sim);
+        let mut result = check(&python, &r);
+        if let Err(first) = &result {
+            stallscope_tests::reruns::note(&format!("python {}", python.display()), first);
+            r = record(&python, &sim);
+            result = check(&python, &r);
+        }
+        if let Err(e) = result {
+            failures.push(format!("{}: {e}", python.display()));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
