@@ -13,52 +13,16 @@ use std::{path::PathBuf, process::Command, time::Duration};
 
 use common::{
     Scratch, serial,
+    simgpu::{
+        IDLE_AGREEMENT, MIN_INJECTED_IDLE, Sim, explained_share, gpu, in_doubt_allowance_ns,
+        release_dir, truth_idle,
+    },
     spawned::Spawned,
-    stallscope::{RECORD_TIMEOUT, assert_success, bin, command, parse_report},
+    stallscope::{RECORD_TIMEOUT, assert_success, command, parse_report},
 };
 use serde_json::Value;
 
 const NS: f64 = 1e9;
-
-/// Where the release binaries and the simulator's libraries are: next to stallscope.
-fn release_dir() -> PathBuf {
-    bin()
-        .parent()
-        .expect("the stallscope binary has a directory")
-        .to_path_buf()
-}
-
-struct Sim {
-    _dir: Scratch,
-    libs: PathBuf,
-    state: PathBuf,
-}
-
-impl Sim {
-    fn new(name: &str) -> Self {
-        let dir = Scratch::new(&format!("sim-{name}"));
-        let libs = dir.join("lib");
-        simgpu_state::install_dir(&release_dir(), &libs).unwrap_or_else(|e| {
-            panic!("the simulated GPU is not built ({e}): run `cargo xtask build` or `cargo xtask test`")
-        });
-        let state = PathBuf::from(format!(
-            "/dev/shm/stallscope-test-{name}-{}",
-            std::process::id()
-        ));
-        let _ = std::fs::remove_file(&state);
-        Self {
-            _dir: dir,
-            libs,
-            state,
-        }
-    }
-}
-
-impl Drop for Sim {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.state);
-    }
-}
 
 struct Run {
     report: Value,
@@ -134,70 +98,6 @@ fn run_with(scenario: &str, extra: &[&str], job_secs: u32, record_secs: u32) -> 
     }
 }
 
-fn gpu(report: &Value) -> &Value {
-    let gpus = report["gpus"]
-        .as_array()
-        .expect("the report has a gpus list");
-    assert_eq!(gpus.len(), 1, "one simulated GPU: {gpus:?}");
-    &gpus[0]
-}
-
-/// The GPU's idle share by stallgen's own account: its kernel time against the length of its
-/// phases (the truth file), so the expectation follows the job on whatever host it ran.
-fn truth_idle(truth: &[Value]) -> Result<f64, String> {
-    let field = |t: &Value, k: &str| {
-        t[k].as_u64()
-            .ok_or_else(|| format!("stallgen's truth has no {k}: {t}"))
-    };
-    let (mut busy, mut wall) = (0, 0);
-    for t in truth {
-        busy += field(t, "gpu_busy_ns")?;
-        wall += field(t, "end_ns")? - field(t, "start_ns")?;
-    }
-    if wall == 0 {
-        return Err(format!("stallgen wrote no truth: {truth:?}"));
-    }
-    Ok(1.0 - busy as f64 / wall as f64)
-}
-
-/// The most idle time that may be `unknown`: the stretch at the start until the probes see the
-/// feeder's first call, which comes within one step (a call already in progress when they
-/// attached goes unseen), plus the utilization period that straddles it. From the truth: twice
-/// the run's mean step, for steps longer than the mean.
-fn in_doubt_allowance_ns(truth: &[Value]) -> u64 {
-    let wall: u64 = truth
-        .iter()
-        .map(|t| t["end_ns"].as_u64().unwrap_or(0) - t["start_ns"].as_u64().unwrap_or(0))
-        .sum();
-    let steps: u64 = truth.iter().map(|t| t["steps"].as_u64().unwrap_or(0)).sum();
-    2 * wall / steps.max(1) + simgpu_state::PERIOD_NS
-}
-
-/// `cause`'s share of the idle time the report could explain: `unknown` is left out, and must
-/// itself stay within `allowance_ns`.
-fn explained_share(g: &Value, cause: &str, allowance_ns: u64) -> Result<f64, String> {
-    let unknown = g["idle_by_cause"]["unknown"].as_u64().unwrap_or(0);
-    if unknown > allowance_ns {
-        return Err(format!(
-            "{unknown} ns of idle time is unknown, more than the {allowance_ns} ns before the \
-             probes can see the feeder's first call: {}",
-            g["idle_by_cause"]
-        ));
-    }
-    let idle = g["idle_ns"]
-        .as_u64()
-        .unwrap()
-        .saturating_sub(unknown)
-        .max(1) as f64;
-    Ok(g["idle_by_cause"][cause].as_u64().unwrap_or(0) as f64 / idle)
-}
-
-/// What a scenario's truth must show for its cause to be tested at all: a scenario sized for
-/// other hosts can fail to inject its cause here, and that is a failure, not a pass.
-const MIN_INJECTED_IDLE: f64 = 0.2;
-/// NVML's idle share against stallgen's kernel time: the recording is 6 s of a 10 s run and
-/// the probes cost the feeder a little, so they agree within this.
-const IDLE_AGREEMENT: f64 = 0.12;
 /// A run whose GPU idles this much on average has windows that are at least half idle in a
 /// row, so it must show a stall; below it, an even idle share may have none.
 const STALL_EXPECTED_ABOVE: f64 = 0.6;

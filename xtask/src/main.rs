@@ -21,7 +21,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Install what the eBPF build needs (nightly rust-src, bpf-linker); idempotent.
+    /// Install what the eBPF build needs (nightly rust-src, bpf-linker) and the tests' PyTorch
+    /// virtualenv; idempotent.
     Setup,
     /// Set up and build the release binaries.
     Build,
@@ -190,6 +191,8 @@ fn test(sim_speed: f64, fuzz_minutes: f64, extra: &[String]) -> anyhow::Result<(
         ("setcap", "libcap2-bin"),
         ("useradd", "passwd"),
     ])?;
+    // The real PyTorch job of the tests (tests/pyjob/train.py) runs in this virtualenv.
+    let torch = setup::ensure_torch()?;
     run(cargo().args(["fmt", "--all", "--", "--check"]))?;
     run(cargo().args([
         "clippy",
@@ -212,6 +215,7 @@ fn test(sim_speed: f64, fuzz_minutes: f64, extra: &[String]) -> anyhow::Result<(
         "profiler-ebpf",
     ])
     .env("STALLSCOPE_BIN", release_bin("stallscope"))
+    .env("STALLSCOPE_TORCH_PYTHON", &torch)
     .args(extra);
     test_run::set_sim_speed(&mut cmd, sim_speed);
     let tested = test_run::run(&mut cmd, &root().join("target/test-reruns.txt"));
@@ -230,7 +234,7 @@ fn test(sim_speed: f64, fuzz_minutes: f64, extra: &[String]) -> anyhow::Result<(
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
-        Cmd::Setup => setup::setup(),
+        Cmd::Setup => setup::setup().and_then(|()| setup::ensure_torch().map(drop)),
         Cmd::Build => build(),
         Cmd::Demo { duration } => demo(&duration),
         Cmd::Test {

@@ -8,6 +8,10 @@ use anyhow::{Context as _, bail};
 use crate::run;
 
 const BPF_LINKER_VERSION: &str = "0.13.0";
+/// PyTorch from PyPI for the real DataLoader job of the tests and benches (about 5.4 GB with
+/// its NVIDIA wheels), and the numpy a DataLoader job has beside it.
+const TORCH: &str = "2.15.0";
+const NUMPY: &str = "numpy==2.4.6";
 const LLVM_FEATURE: &str = "llvm-22";
 
 fn home() -> PathBuf {
@@ -128,4 +132,46 @@ pub fn setup() -> anyhow::Result<()> {
             .env("LLVM_PREFIX", &prefix))?;
     }
     Ok(())
+}
+
+/// The interpreter of the virtualenv PyTorch is installed into, cached across runs.
+pub fn torch_python() -> PathBuf {
+    home().join(".cache/stallscope/torch-venv/bin/python")
+}
+
+/// Installs PyTorch into its virtualenv unless the pinned version is already there, with the
+/// machine's python3 (CPython 3.11 here); returns the virtualenv's interpreter.
+pub fn ensure_torch() -> anyhow::Result<PathBuf> {
+    let python = torch_python();
+    let check =
+        format!("import sys, numpy, torch; sys.exit(torch.__version__.split('+')[0] != '{TORCH}')");
+    let installed = || {
+        Command::new(&python)
+            .args(["-c", &check])
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if installed() {
+        return Ok(python);
+    }
+    let venv = python
+        .parent()
+        .and_then(|bin| bin.parent())
+        .context("the virtualenv's directory")?;
+    eprintln!(
+        "xtask: installing torch {TORCH} from PyPI into {} (about 5.4 GB)",
+        venv.display()
+    );
+    run(Command::new("python3").args(["-m", "venv"]).arg(venv))?;
+    run(Command::new(venv.join("bin/pip")).args([
+        "install",
+        "-q",
+        &format!("torch=={TORCH}"),
+        NUMPY,
+    ]))?;
+    if !installed() {
+        bail!("torch {TORCH} does not import from {}", python.display());
+    }
+    Ok(python)
 }

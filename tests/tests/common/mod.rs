@@ -2,6 +2,7 @@
 //! space and the clock the recordings use.
 pub mod oracle;
 pub mod procfs;
+pub mod simgpu;
 pub mod spawned;
 pub mod stallscope;
 pub mod workload;

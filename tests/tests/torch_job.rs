@@ -1,0 +1,193 @@
+//! A real PyTorch job (`tests/pyjob/train.py`: a `torch.utils.data.DataLoader` with worker
+//! processes feeding a loop on the simulated GPU), attached by PID. Its scenarios must be
+//! labelled as stallgen's are, by its own ground truth, and each cause's flamegraph must name
+//! the job's own Python function: the workers' `augment` for `dataloader_cpu`, the loop's
+//! `host_preprocess` for `host_compute`. PyTorch comes from PyPI, in the virtualenv that
+//! `cargo xtask test` (and `cargo xtask setup`) installs.
+#[allow(
+    dead_code,
+    reason = "each test binary uses its own part of the shared helpers"
+)]
+mod common;
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+    time::Duration,
+};
+
+use common::{
+    Scratch, serial,
+    simgpu::{
+        IDLE_AGREEMENT, MIN_INJECTED_IDLE, Sim, explained_share, gpu, in_doubt_allowance_ns,
+        truth_idle,
+    },
+    spawned::Spawned,
+    stallscope::{RECORD_TIMEOUT, assert_success, command, parse_report},
+};
+use serde_json::Value;
+
+/// The virtualenv's interpreter, with PyTorch in it.
+fn torch_python() -> PathBuf {
+    let python = std::env::var_os("STALLSCOPE_TORCH_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            let home = std::env::var_os("HOME").unwrap_or_else(|| "/root".into());
+            Path::new(&home).join(".cache/stallscope/torch-venv/bin/python")
+        });
+    assert!(
+        python.exists(),
+        "PyTorch's virtualenv is not at {}: run `cargo xtask setup`",
+        python.display()
+    );
+    python
+}
+
+struct Run {
+    report: Value,
+    truth: Vec<Value>,
+    /// The cause's flamegraph, as folded stacks with their weights.
+    cause_stacks: Vec<(Vec<String>, u64)>,
+}
+
+fn run(scenario: &str, cause: &str) -> Run {
+    let sim = Sim::new(&format!("torch-{scenario}"));
+    let dir = Scratch::new(&format!("torch-{scenario}"));
+    let truth_path = dir.join("truth.jsonl");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("pyjob/train.py");
+    let job = Spawned::start(
+        Command::new(torch_python())
+            .arg(script)
+            .args(["--scenario", scenario, "--secs", "10", "--truth"])
+            .arg(&truth_path)
+            .env("LD_LIBRARY_PATH", &sim.libs)
+            .env("STALLSCOPE_SIMGPU_STATE", &sim.state),
+    );
+    let ready = job
+        .wait_stdout(Duration::from_secs(180), |l| l.starts_with("ready pid="))
+        .unwrap_or_else(|| {
+            panic!(
+                "the torch job never became ready; stderr:\n{}",
+                job.stderr_so_far()
+            )
+        });
+    let pid = ready["ready pid=".len()..].trim().to_string();
+    let f = Spawned::start(
+        command()
+            .env("STALLSCOPE_SIMGPU_STATE", &sim.state)
+            .args(["record", "--json", "-d", "6s", "-o"])
+            .arg(dir.join("x.rec"))
+            .args(["--pid", &pid, "--nvml-lib"])
+            .arg(sim.libs.join("libnvidia-ml.so.1"))
+            .arg("--flamegraph-dir")
+            .arg(dir.join("fg")),
+    )
+    .finish(RECORD_TIMEOUT + Duration::from_secs(6));
+    assert_success(&f, &format!("record of the torch job ({scenario})"));
+    let _ = job.finish(Duration::from_secs(60));
+    let truth = std::fs::read_to_string(&truth_path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let folded = dir.join(&format!("fg/x.cause-{cause}.folded"));
+    let cause_stacks = std::fs::read_to_string(&folded)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let (stack, weight) = l.rsplit_once(' ')?;
+            Some((
+                stack.split(';').map(str::to_string).collect(),
+                weight.parse().ok()?,
+            ))
+        })
+        .collect();
+    Run {
+        report: parse_report(&f.stdout),
+        truth,
+        cause_stacks,
+    }
+}
+
+fn labelled(r: &Run, scenario: &str, cause: &str, function: &str) -> Result<(), String> {
+    let g = gpu(&r.report);
+    let expected = truth_idle(&r.truth)?;
+    if expected < MIN_INJECTED_IDLE {
+        return Err(format!(
+            "{scenario} idled the GPU only {:.0}% by its own account: {:?}",
+            expected * 100.0,
+            r.truth
+        ));
+    }
+    let idle = g["idle_ns"].as_u64().unwrap_or(0) as f64
+        / g["observed_ns"].as_u64().unwrap_or(1).max(1) as f64;
+    if (idle - expected).abs() > IDLE_AGREEMENT {
+        return Err(format!(
+            "{scenario}: stallscope saw the GPU {:.1}% idle, the job's kernel time says {:.1}%",
+            idle * 100.0,
+            expected * 100.0
+        ));
+    }
+    let share = explained_share(g, cause, in_doubt_allowance_ns(&r.truth))?;
+    if share < 0.9 {
+        return Err(format!(
+            "{scenario}: {:.1}% of the explained idle time is labelled {cause}: {}",
+            share * 100.0,
+            g["idle_by_cause"]
+        ));
+    }
+    if r.report["verdict"]["cause"] != cause {
+        return Err(format!("{scenario}: verdict {}", r.report["verdict"]));
+    }
+    let py = &r.report["python"];
+    if py["processes"].as_array().is_none_or(Vec::is_empty)
+        || py["warnings"].as_array().is_some_and(|w| !w.is_empty())
+    {
+        return Err(format!("{scenario}: python: {py}"));
+    }
+    let total: u64 = r.cause_stacks.iter().map(|s| s.1).sum();
+    let frame = format!("{function} (train.py:");
+    let named: u64 = r
+        .cause_stacks
+        .iter()
+        .filter(|(frames, _)| frames.iter().any(|f| f.starts_with(&frame)))
+        .map(|s| s.1)
+        .sum();
+    let named_share = named as f64 / total.max(1) as f64;
+    if named_share < 0.5 {
+        return Err(format!(
+            "{scenario}: {function} is in {:.0}% of the {cause} flamegraph's weight ({total}), want 50%",
+            named_share * 100.0
+        ));
+    }
+    eprintln!(
+        "{scenario}: {:.0}% of idle labelled {cause}; {function} in {:.0}% of its flamegraph",
+        share * 100.0,
+        named_share * 100.0
+    );
+    Ok(())
+}
+
+fn assert_labelled(scenario: &str, cause: &str, function: &str) {
+    common::require_root();
+    let _serial = serial();
+    let r = run(scenario, cause);
+    let Err(first) = labelled(&r, scenario, cause, function) else {
+        return;
+    };
+    stallscope_tests::reruns::note(&format!("torch {scenario}"), &first);
+    let r = run(scenario, cause);
+    if let Err(e) = labelled(&r, scenario, cause, function) {
+        panic!("{e}");
+    }
+}
+
+#[test]
+fn torch_dataloader_workers_name_their_function() {
+    assert_labelled("dataloader-cpu", "dataloader_cpu", "augment");
+}
+
+#[test]
+fn torch_loop_names_its_own_function() {
+    assert_labelled("host-compute", "host_compute", "host_preprocess");
+}
