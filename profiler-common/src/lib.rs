@@ -203,7 +203,8 @@ pub const PY_FRAME_ENTRY: u64 = 1;
 pub const PY_FRAME_SHIM: u64 = 2;
 pub const PY_FRAME_MARKS: u64 = PY_FRAME_ENTRY | PY_FRAME_SHIM;
 
-/// `kind::PY_STACK`: a thread's Python frames, innermost first.
+/// `kind::PY_STACK`: a thread's Python frames, innermost first. Sent with its fixed part and
+/// `len` frames only.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct PyStack {

@@ -1,4 +1,6 @@
 //! Ring-buffer output with exact loss accounting: every attempt is counted, and every refusal.
+use core::ffi::c_void;
+
 use aya_ebpf::{
     EbpfContext,
     bindings::{
@@ -7,17 +9,20 @@ use aya_ebpf::{
     helpers::{
         bpf_get_smp_processor_id, bpf_probe_read_kernel,
         generated::{
-            bpf_get_current_task_btf, bpf_get_stack, bpf_probe_read_user, bpf_task_pt_regs,
+            bpf_get_current_task_btf, bpf_get_stack, bpf_loop, bpf_probe_read_user,
+            bpf_task_pt_regs,
         },
     },
     maps::ring_buf::RingBufEntry,
 };
 use profiler_common::{
-    EventCounts, Header, MAX_PY_FRAMES, PY_FRAME_ENTRY, PY_FRAME_SHIM, PY_NONE, PyFrame, PyStack,
-    STACK_COPY_BYTES, Stack, UserStack, UserStackHead, kind, py_entry,
+    EventCounts, Header, MAX_PY_FRAMES, PY_FRAME_ENTRY, PY_FRAME_SHIM, PY_NONE, PyFrame, PyProcess,
+    PyStack, STACK_COPY_BYTES, Stack, UserStack, UserStackHead, kind, py_entry,
 };
 
-use crate::maps::{COUNTS, CUDA_INFLIGHT, EVENTS, PY_PROCS, PY_THREADS, STACK_COPY, config};
+use crate::maps::{
+    COUNTS, CUDA_INFLIGHT, EVENTS, PY_PROCS, PY_STACK_COPY, PY_THREADS, STACK_COPY, config,
+};
 
 #[inline(always)]
 pub fn count(kind: u32, dropped: bool) {
@@ -179,13 +184,61 @@ fn user<T>(addr: u64) -> Option<T> {
     unsafe { aya_ebpf::helpers::bpf_probe_read_user(addr as *const T) }.ok()
 }
 
+/// The state of one Python walk, shared with [`py_step`] through `bpf_loop`.
+#[repr(C)]
+struct PyWalk {
+    /// The next frame to read; 0 once the outermost was read.
+    frame: u64,
+    len: u64,
+    p: PyProcess,
+}
+
+/// One frame of the walk: its code object, instruction and owner, then on to the frame
+/// that called it. A `bpf_loop` callback, so the verifier checks it once rather than once
+/// per iteration and per state of the program that walks (an unrolled loop of 128 frames
+/// cost each recording more than a second of verification in three programs).
+unsafe extern "C" fn py_step(index: u64, ctx: *mut c_void) -> i64 {
+    // SAFETY: `ctx` is the `PyWalk` on the stack of `send_py_stack`, which passes it.
+    let w = unsafe { &mut *ctx.cast::<PyWalk>() };
+    let i = index as usize;
+    if w.frame == 0 || i >= MAX_PY_FRAMES {
+        return 1;
+    }
+    let Some(rec) = PY_STACK_COPY.get_ptr_mut(0) else {
+        return 1;
+    };
+    let p = &w.p;
+    let frame = w.frame;
+    let code = user::<u64>(frame + u64::from(p.frame_code)).unwrap_or(0);
+    let instr = user::<u64>(frame + u64::from(p.frame_instr)).unwrap_or(0);
+    let owner = if p.frame_owner == PY_NONE {
+        0
+    } else {
+        u32::from(user::<u8>(frame + u64::from(p.frame_owner)).unwrap_or(0))
+    };
+    let mark = match p.entry_rule {
+        py_entry::EVERY_FRAME => PY_FRAME_ENTRY,
+        py_entry::FLAG if owner != 0 => PY_FRAME_ENTRY,
+        py_entry::SHIM if owner == p.owner_cstack => PY_FRAME_SHIM,
+        _ => 0,
+    };
+    // SAFETY: this CPU's scratch record; `i` is below the array's length.
+    unsafe {
+        (*rec).frames[i] = PyFrame {
+            code: code | mark,
+            instr,
+        };
+    }
+    w.len = index + 1;
+    w.frame = user::<u64>(frame + u64::from(p.frame_previous)).unwrap_or(0);
+    0
+}
+
 /// Sends the Python frames the current thread is in (a `kind::PY_STACK` record), if it is a
 /// thread of a CPython process user space told the kernel of. The walk reads the frame
 /// chain from the thread state, as the interpreter itself links it: a pointer read per field
 /// and no lock, so the target never stops. The code objects are read later, by user space.
-///
-/// Every frame read is sent, shims included, so that the loop's only state is its index:
-/// the verifier walks it once per iteration rather than once per count of frames kept.
+/// Every frame read is sent, shims included; the record carries only the frames read.
 #[inline(always)]
 pub fn send_py_stack(header: Header) {
     if config().python_stacks == 0 {
@@ -204,43 +257,32 @@ pub fn send_py_stack(header: Header) {
     if p.cframe_current_frame != PY_NONE && frame != 0 {
         frame = user::<u64>(frame + u64::from(p.cframe_current_frame)).unwrap_or(0);
     }
-    let Some(mut entry) = reserve::<PyStack>(kind::PY_STACK) else {
+    let mut walk = PyWalk { frame, len: 0, p };
+    // SAFETY: `py_step` has the callback signature bpf_loop calls, and `walk` outlives the
+    // call. The function's address reaches the helper as is (a BPF_PSEUDO_FUNC load), never
+    // through an integer.
+    unsafe {
+        let step = py_step as *mut c_void;
+        bpf_loop(MAX_PY_FRAMES as u32, step, (&raw mut walk).cast(), 0);
+    }
+    let Some(rec) = PY_STACK_COPY.get_ptr_mut(0) else {
         return;
     };
-    let rec = entry.as_mut_ptr();
-    // SAFETY: `rec` is a reserved record; `i` stays below the array's length.
-    unsafe {
-        (*rec).header = Header {
-            kind: kind::PY_STACK,
-            ..header
-        };
-        let mut len = 0;
-        for i in 0..MAX_PY_FRAMES {
-            if frame == 0 {
-                break;
-            }
-            let code = user::<u64>(frame + u64::from(p.frame_code)).unwrap_or(0);
-            let instr = user::<u64>(frame + u64::from(p.frame_instr)).unwrap_or(0);
-            let owner = if p.frame_owner == PY_NONE {
-                0
-            } else {
-                u32::from(user::<u8>(frame + u64::from(p.frame_owner)).unwrap_or(0))
-            };
-            let mark = match p.entry_rule {
-                py_entry::EVERY_FRAME => PY_FRAME_ENTRY,
-                py_entry::FLAG if owner != 0 => PY_FRAME_ENTRY,
-                py_entry::SHIM if owner == p.owner_cstack => PY_FRAME_SHIM,
-                _ => 0,
-            };
-            (*rec).frames[i] = PyFrame {
-                code: code | mark,
-                instr,
-            };
-            len = i + 1;
-            frame = user::<u64>(frame + u64::from(p.frame_previous)).unwrap_or(0);
-        }
-        (*rec).len = len as u32;
-        (*rec).truncated = u32::from(frame != 0);
+    // SAFETY: this CPU's scratch record; programs on one CPU do not interleave.
+    let rec: &mut PyStack = unsafe { &mut *rec };
+    let len = (walk.len as usize).min(MAX_PY_FRAMES);
+    rec.header = Header {
+        kind: kind::PY_STACK,
+        ..header
+    };
+    rec.len = len as u32;
+    rec.truncated = u32::from(walk.frame != 0);
+    let size = core::mem::offset_of!(PyStack, frames) + len * core::mem::size_of::<PyFrame>();
+    if size > core::mem::size_of::<PyStack>() {
+        return;
     }
-    entry.submit(wakeup_flags());
+    // SAFETY: `size` bytes of the scratch record, checked above to lie within it.
+    let bytes = unsafe { core::slice::from_raw_parts((rec as *const PyStack).cast::<u8>(), size) };
+    let sent = EVENTS.output::<[u8]>(bytes, wakeup_flags());
+    count(kind::PY_STACK, sent.is_err());
 }

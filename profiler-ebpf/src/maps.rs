@@ -5,7 +5,7 @@ use aya_ebpf::{
 };
 use profiler_common::{
     CallEntry, Config, CpuSlot, EventCounts, FileKey, FileMisses, IoKey, IoStart, MAX_SLOTS,
-    Offsets, PyProcess, TIDS_PER_ELEMENT, ThreadStats, UserStack, kind,
+    Offsets, PyProcess, PyStack, TIDS_PER_ELEMENT, ThreadStats, UserStack, kind,
 };
 
 /// The tracked threads' accounting, one entry per slot (slot number = index + 1). An array,
@@ -80,6 +80,10 @@ pub static CPU_CURRENT: PerCpuArray<CpuSlot> = PerCpuArray::with_max_entries(1, 
 /// the bytes it holds (a ring-buffer reservation has a fixed size).
 #[map]
 pub static STACK_COPY: PerCpuArray<UserStack> = PerCpuArray::with_max_entries(1, 0);
+
+/// Per CPU: the Python stack being read, sent with only the frames it holds.
+#[map]
+pub static PY_STACK_COPY: PerCpuArray<PyStack> = PerCpuArray::with_max_entries(1, 0);
 
 #[map]
 pub static EVENTS: RingBuf = RingBuf::with_byte_size(8 * 1024 * 1024, 0);

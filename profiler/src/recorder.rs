@@ -121,7 +121,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<i32> {
         early.extend(probes.scan(&mut ebpf, pid, &maps));
         // Before the programs attach, so that the first samples carry their Python frames.
         if !args.no_python {
-            decoder.python.scan(&mut ebpf, pid, &maps);
+            decoder.python.scan(&mut ebpf, pid, Some(&maps));
         }
     }
     let start_ns = monotonic_ns();

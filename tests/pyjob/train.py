@@ -142,6 +142,12 @@ def main():
     p.add_argument("--secs", type=float, required=True)
     p.add_argument("--truth")
     p.add_argument("--workers", type=int, default=2)
+    p.add_argument(
+        "--gate",
+        action="store_true",
+        help="after `ready`, wait for a line on stdin before the timed steps (a benchmark "
+        "attaches its tracer in between)",
+    )
     a = p.parse_args()
     kernel_s, worker_s, host_s = SCENARIOS[a.scenario]
     gpu = Gpu()
@@ -157,6 +163,8 @@ def main():
     for _ in range(a.workers):
         train_step(gpu, next(batches), kernel_s, host_s)
     print(f"ready pid={os.getpid()}", flush=True)
+    if a.gate:
+        sys.stdin.readline()
     start = time.monotonic_ns()
     end = start + int(a.secs * 1e9)
     steps = 0
@@ -179,7 +187,7 @@ def main():
                 )
                 + "\n"
             )
-    print(f"steps={steps} secs={(stop - start) / 1e9:.3f}", file=sys.stderr)
+    print(f"steps={steps} secs={(stop - start) / 1e9:.3f}", flush=True)
     # Persistent workers outlive the loop otherwise, holding the job's pipes open.
     batches._shutdown_workers()
 

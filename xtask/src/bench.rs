@@ -40,7 +40,7 @@ pub struct BenchArgs {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "w1,w1u,w2,w3,w4"
+        default_value = "w1,w1u,w2,w3,w4,w5"
     )]
     pub workloads: Vec<Workload>,
     /// Tracers to compare (comma-separated); the untraced baseline always runs.
@@ -48,7 +48,7 @@ pub struct BenchArgs {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "stallscope,stallscope-every-launch,bpftrace,runqlat,offcputime"
+        default_value = "stallscope,stallscope-every-launch,stallscope-no-python,bpftrace,runqlat,offcputime"
     )]
     pub tracers: Vec<Tracer>,
     /// CPU that pingpong is pinned to [default: the last CPU], leaving the others to the
@@ -132,9 +132,8 @@ fn overhead(args: BenchArgs) -> anyhow::Result<()> {
     let stallwork = release_bin("stallwork");
     let stallgen = release_bin("stallgen");
     let stallscope = release_bin("stallscope");
-    if (args.workloads.contains(&Workload::W3) || args.workloads.contains(&Workload::W4))
-        && !crate::real_gpu()
-    {
+    let gpu_job = [Workload::W3, Workload::W4, Workload::W5];
+    if args.workloads.iter().any(|w| gpu_job.contains(w)) && !crate::real_gpu() {
         // W3 trains on the simulated GPU: stallgen finds its libcuda.so.1 through the loader
         // path and stallscope its libnvidia-ml.so.1 through STALLSCOPE_NVML_LIB; both share
         // one device state file. Children inherit these.
@@ -172,6 +171,11 @@ fn overhead(args: BenchArgs) -> anyhow::Result<()> {
         stallwork,
         stallgen,
         stallscope,
+        torch_python: if args.workloads.contains(&Workload::W5) {
+            Some(crate::setup::ensure_torch()?)
+        } else {
+            None
+        },
         peers: peers::ensure(),
         dir: std::env::temp_dir().join("stallscope-bench"),
         retries: args.retries,

@@ -212,14 +212,7 @@ impl Decoder {
         }
         let ok = match h.kind {
             kind::USER_STACK => self.user_stack(&h, bytes),
-            kind::PY_STACK => read::<PyStack>(bytes).map(|p| {
-                let len = (p.len as usize).min(p.frames.len());
-                let pending = self.python_frames.entry(h.tid).or_default();
-                pending.ts_ns = h.ts_ns;
-                pending.truncated = p.truncated != 0;
-                pending.frames.clear();
-                pending.frames.extend_from_slice(&p.frames[..len]);
-            }),
+            kind::PY_STACK => self.py_stack(&h, bytes),
             kind::CPU_SAMPLE => read::<CpuSample>(bytes).map(|s| {
                 let stack = self.stack(&h, &s.stack, out);
                 out.push(Record::CpuSample {
@@ -324,6 +317,28 @@ impl Decoder {
             Some(()) => self.received[h.kind as usize] += 1,
             None => self.malformed += 1,
         }
+    }
+
+    /// Keeps a thread's Python frames for the sample or call that follows them. The record
+    /// holds only the frames read: its fixed part, then `len` frames.
+    fn py_stack(&mut self, h: &Header, bytes: &[u8]) -> Option<()> {
+        let start = std::mem::offset_of!(PyStack, frames);
+        let len = read::<u32>(bytes.get(std::mem::offset_of!(PyStack, len)..)?)? as usize;
+        let truncated = read::<u32>(bytes.get(std::mem::offset_of!(PyStack, truncated)..)?)?;
+        if len > profiler_common::MAX_PY_FRAMES {
+            return None;
+        }
+        let frames = bytes.get(start..start + len * size_of::<PyFrame>())?;
+        let pending = self.python_frames.entry(h.tid).or_default();
+        pending.ts_ns = h.ts_ns;
+        pending.truncated = truncated != 0;
+        pending.frames.clear();
+        pending.frames.extend(
+            frames
+                .chunks_exact(size_of::<PyFrame>())
+                .filter_map(read::<PyFrame>),
+        );
+        Some(())
     }
 
     /// Keeps a thread's stack copy for the sample that follows it.

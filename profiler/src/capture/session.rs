@@ -24,6 +24,17 @@ use super::{
     sink::{Sink, write_process},
 };
 
+/// A process's maps as last read: their digest, and when to read them again (in scans).
+#[derive(Default)]
+struct MapsWatch {
+    digest: u64,
+    every: u64,
+    next_scan: u64,
+}
+
+/// The longest wait between two reads of unchanged maps, in scans (200 ms each).
+const MAPS_SCANS_AT_MOST_EVERY: u64 = 5;
+
 pub struct Session {
     pub ebpf: aya::Ebpf,
     pub slots: Slots,
@@ -42,6 +53,8 @@ pub struct Session {
     last_tick_ns: u64,
     comms: HashMap<u32, String>,
     probes: super::probes::cuda::CudaProbes,
+    /// When each process's maps are read next.
+    maps_watch: HashMap<u32, MapsWatch>,
     /// Whether the kernel sends Python frames (`record --no-python` turns them off).
     pub python: bool,
     /// Removing the CUDA probes, in the background; joined before exit.
@@ -93,6 +106,7 @@ impl Session {
             comms: HashMap::new(),
             probes,
             python: true,
+            maps_watch: HashMap::new(),
             unprobe: None,
         }
     }
@@ -116,7 +130,7 @@ impl Session {
                         // the next scan.
                         let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))
                             .unwrap_or_default();
-                        self.decoder.python.scan(&mut self.ebpf, *pid, &maps);
+                        self.decoder.python.scan(&mut self.ebpf, *pid, Some(&maps));
                     }
                     write_process(self.sink.as_mut(), &r)?;
                     continue;
@@ -136,13 +150,36 @@ impl Session {
         self.write_all(out)
     }
 
-    /// One read of the process's maps serves the file names, the CUDA probes and the
-    /// driver check.
-    fn scan_process(&mut self, pid: u32) -> anyhow::Result<()> {
+    /// One read of the process's maps serves the file names, the CUDA probes, the driver
+    /// check and finding a Python interpreter. The maps are read again at once after they
+    /// changed, and less often (down to once a second) while they stay the same, and the open
+    /// files with them: a torch process maps hundreds of files, and the kernel's formatting
+    /// of them was most of the recorder's time. Python threads are looked at on every scan.
+    fn scan_process(&mut self, pid: u32, scan: u64) -> anyhow::Result<()> {
+        let watch = self.maps_watch.entry(pid).or_default();
+        if scan < watch.next_scan {
+            if self.python {
+                self.decoder.python.scan(&mut self.ebpf, pid, None);
+            }
+            return Ok(());
+        }
         let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+        let digest = {
+            use std::hash::{Hash as _, Hasher as _};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            maps.hash(&mut h);
+            h.finish()
+        };
+        watch.every = if digest == watch.digest {
+            (watch.every * 2).clamp(1, MAPS_SCANS_AT_MOST_EVERY)
+        } else {
+            1
+        };
+        watch.digest = digest;
+        watch.next_scan = scan + watch.every;
         self.files.scan_with(pid, &maps);
         if self.python {
-            self.decoder.python.scan(&mut self.ebpf, pid, &maps);
+            self.decoder.python.scan(&mut self.ebpf, pid, Some(&maps));
         }
         for r in self.probes.scan(&mut self.ebpf, pid, &maps) {
             self.sink.write(&r)?;
@@ -230,7 +267,7 @@ impl Session {
                             .map(|p| p.iter().copied().collect())
                             .unwrap_or_default();
                         for pid in pids {
-                            self.scan_process(pid)?;
+                            self.scan_process(pid, scans / 4)?;
                         }
                     }
                     if self.tick()? == 0 {

@@ -28,6 +28,10 @@ pub enum Workload {
     /// stallgen's launch-bound loop (one feeder thread launching tiny kernels back to back),
     /// traced as the target with the CUDA probes on: kernel launches per second.
     W4,
+    /// A real PyTorch job (tests/pyjob/train.py, healthy): a DataLoader with 8 worker
+    /// processes feeding a loop on the simulated GPU, traced as the target, with and without
+    /// its Python frames: training steps per second.
+    W5,
 }
 
 impl Workload {
@@ -38,6 +42,7 @@ impl Workload {
             Self::W2 => "W2 mix (target)",
             Self::W3 => "W3 stallgen training (target)",
             Self::W4 => "W4 stallgen launch-bound (target)",
+            Self::W5 => "W5 torch DataLoader, 8 workers (target)",
         }
     }
 
@@ -45,7 +50,7 @@ impl Workload {
         match self {
             Self::W1 | Self::W1u => "rounds/s",
             Self::W2 => "ops/s",
-            Self::W3 => "steps/s",
+            Self::W3 | Self::W5 => "steps/s",
             Self::W4 => "launches/s",
         }
     }
@@ -55,11 +60,19 @@ impl Workload {
     pub fn runs_with(self, t: Tracer) -> bool {
         match (self, t) {
             (Self::W4, Tracer::None | Tracer::Stallscope | Tracer::StallscopeEveryLaunch) => true,
-            (Self::W4, _) | (_, Tracer::StallscopeEveryLaunch) => false,
+            (Self::W5, Tracer::None | Tracer::Stallscope | Tracer::StallscopeNoPython) => true,
+            (Self::W4 | Self::W5, _)
+            | (_, Tracer::StallscopeEveryLaunch | Tracer::StallscopeNoPython) => false,
             _ => true,
         }
     }
 }
+
+/// W5's DataLoader worker processes.
+pub const TORCH_WORKERS: u32 = 8;
+
+/// How long after the gate opens the tracer's steady CPU starts being counted.
+const WARM_UP: Duration = Duration::from_secs(3);
 
 pub struct Config {
     pub secs: u64,
@@ -71,6 +84,8 @@ pub struct Config {
     pub stallwork: PathBuf,
     pub stallgen: PathBuf,
     pub stallscope: PathBuf,
+    /// The PyTorch virtualenv's interpreter, when W5 runs.
+    pub torch_python: Option<PathBuf>,
     pub peers: Peers,
     pub dir: PathBuf,
     /// How often a run that something else contended with is run again.
@@ -90,7 +105,10 @@ impl Config {
     /// The peer's binary, or why it is not there.
     pub fn tracer_bin(&self, t: Tracer) -> Result<&Path, &str> {
         let peer = match t {
-            Tracer::None | Tracer::Stallscope | Tracer::StallscopeEveryLaunch => {
+            Tracer::None
+            | Tracer::Stallscope
+            | Tracer::StallscopeEveryLaunch
+            | Tracer::StallscopeNoPython => {
                 return Ok(&self.stallscope);
             }
             Tracer::Bpftrace => &self.peers.bpftrace,
@@ -111,6 +129,10 @@ pub struct RunRecord {
 pub struct Sample {
     /// Workload throughput over its whole run, by its own count and clock.
     pub throughput: f64,
+    /// The tracer's CPU from [`WARM_UP`] after the gate opened to the workload's end, % of
+    /// one core: what tracing a running job costs once its symbols are known, without the
+    /// tracer's start-up and report.
+    pub window_cpu_pct: Option<f64>,
     pub cost: Option<Cost>,
     /// What else loaded the machine during the run; None for a clean run.
     pub contention: Option<String>,
@@ -252,8 +274,24 @@ fn run_one(cfg: &Config, w: Workload, t: Tracer, rep: u32) -> Result<Sample, Str
         Workload::W2 => vec!["mix".into()],
         Workload::W3 => vec!["--scenario".into(), "healthy".into()],
         Workload::W4 => vec!["--scenario".into(), "launch-bound".into()],
+        Workload::W5 => vec![
+            crate::root()
+                .join("tests/pyjob/train.py")
+                .to_string_lossy()
+                .into_owned(),
+            "--scenario".into(),
+            "healthy".into(),
+            "--workers".into(),
+            TORCH_WORKERS.to_string(),
+        ],
     };
-    work_args.extend(["--secs".into(), cfg.secs.to_string()]);
+    // The torch job runs long enough for a steady stretch after the warm-up.
+    let secs = if w == Workload::W5 {
+        cfg.secs.max(WARM_UP.as_secs() * 4)
+    } else {
+        cfg.secs
+    };
+    work_args.extend(["--secs".into(), secs.to_string()]);
     if matches!(w, Workload::W1 | Workload::W1u) {
         work_args.extend(["--cpu".into(), cfg.cpu.to_string()]);
     }
@@ -261,23 +299,56 @@ fn run_one(cfg: &Config, w: Workload, t: Tracer, rep: u32) -> Result<Sample, Str
     let _ = std::fs::remove_dir_all(&run_dir);
     std::fs::create_dir_all(&run_dir).map_err(|e| format!("{}: {e}", run_dir.display()))?;
     let result = match w {
-        Workload::W1 | Workload::W2 | Workload::W3 | Workload::W4 => {
-            let program = if matches!(w, Workload::W3 | Workload::W4) {
-                &cfg.stallgen
-            } else {
-                &cfg.stallwork
+        Workload::W1 | Workload::W2 | Workload::W3 | Workload::W4 | Workload::W5 => {
+            let program = match w {
+                Workload::W3 | Workload::W4 => &cfg.stallgen,
+                Workload::W5 => cfg
+                    .torch_python
+                    .as_ref()
+                    .ok_or("W5 needs the PyTorch virtualenv")?,
+                _ => &cfg.stallwork,
             };
-            let mut work =
-                Proc::spawn(&mut proc::gated(program, &work_args)).map_err(|e| format!("{e:#}"))?;
-            let tracer = tracers::attach(cfg, t, work.pid(), &run_dir)?;
+            // The torch job imports torch and forks its workers before it is ready: it is
+            // traced from then on (its own gate), as a running job is attached to.
+            let mut work = if w == Workload::W5 {
+                let mut cmd = Command::new(program);
+                cmd.args(&work_args).arg("--gate").stdin(Stdio::piped());
+                let work = Proc::spawn(&mut cmd).map_err(|e| format!("{e:#}"))?;
+                let ready =
+                    work.wait_line(Duration::from_secs(120), |l| l.starts_with("ready pid="));
+                if ready.is_none() {
+                    let (_, _, err) = work.stop(Duration::ZERO, Duration::from_secs(2));
+                    return Err(format!("the torch job never became ready: {}", tail(&err)));
+                }
+                work
+            } else {
+                Proc::spawn(&mut proc::gated(program, &work_args)).map_err(|e| format!("{e:#}"))?
+            };
+            let tracer = tracers::attach(cfg, t, work.pid(), &run_dir, secs)?;
             let watch = Watch::start(tracer.as_ref().map(tracers::Attached::pid));
+            // The tracer's CPU is read once its caches have warmed up (the first stacks of
+            // every library named and unwound), and again when the workload ends.
+            let warm = tracer.as_ref().map(|a| {
+                let pid = a.pid();
+                std::thread::spawn(move || {
+                    std::thread::sleep(WARM_UP);
+                    (Instant::now(), cpu_s(pid))
+                })
+            });
             work.release().map_err(|e| format!("{e:#}"))?;
-            let (throughput, work_cpu_s) = finish_workload(work, cfg.secs, true)?;
+            let ready_within = (w != Workload::W5).then_some(Duration::from_secs(15));
+            let (throughput, work_cpu_s) = finish_workload(work, secs, true, ready_within)?;
+            let window_cpu_pct = warm.zip(tracer.as_ref()).and_then(|(warm, a)| {
+                let (at, before) = warm.join().ok()?;
+                let secs = at.elapsed().as_secs_f64();
+                (secs > 1.0).then_some(100.0 * (cpu_s(a.pid())? - before?) / secs)
+            });
             let contention = watch.finish(work_cpu_s);
             // With the target gone, stallscope ends by itself; the others are interrupted.
             let cost = tracer.map(|a| tracers::detach(a, Duration::from_secs(3)));
             Ok(Sample {
                 throughput,
+                window_cpu_pct,
                 cost,
                 contention,
             })
@@ -289,7 +360,7 @@ fn run_one(cfg: &Config, w: Workload, t: Tracer, rep: u32) -> Result<Sample, Str
                     .stdin(Stdio::null()),
             )
             .map_err(|e| format!("{e:#}"))?;
-            let tracer = tracers::attach(cfg, t, idle.pid(), &run_dir)?;
+            let tracer = tracers::attach(cfg, t, idle.pid(), &run_dir, secs)?;
             let watch = Watch::start(tracer.as_ref().map(tracers::Attached::pid));
             let work = Proc::spawn(
                 Command::new(&cfg.stallwork)
@@ -297,12 +368,14 @@ fn run_one(cfg: &Config, w: Workload, t: Tracer, rep: u32) -> Result<Sample, Str
                     .stdin(Stdio::null()),
             )
             .map_err(|e| format!("{e:#}"))?;
-            let (throughput, work_cpu_s) = finish_workload(work, cfg.secs, false)?;
+            let (throughput, work_cpu_s) =
+                finish_workload(work, cfg.secs, false, Some(Duration::from_secs(15)))?;
             let contention = watch.finish(work_cpu_s);
             let cost = tracer.map(|a| tracers::detach(a, Duration::ZERO));
             drop(idle);
             Ok(Sample {
                 throughput,
+                window_cpu_pct: None,
                 cost,
                 contention,
             })
@@ -315,9 +388,32 @@ fn run_one(cfg: &Config, w: Workload, t: Tracer, rep: u32) -> Result<Sample, Str
 
 /// Waits for the workload's `ready pid=` line and its closing totals; returns count/secs
 /// and the workload's CPU seconds.
-fn finish_workload(work: Proc, secs: u64, gated: bool) -> Result<(f64, f64), String> {
+/// A process's CPU time so far (user and system, all its threads), in seconds.
+fn cpu_s(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The fields after the command name, which may hold spaces: utime and stime are the
+    // 12th and 13th of them.
+    let rest = stat.rsplit_once(')')?.1;
+    let mut f = rest.split_whitespace().skip(11);
+    let ticks: f64 = f.next()?.parse::<f64>().ok()? + f.next()?.parse::<f64>().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    Some(ticks / hz)
+}
+
+/// `ready_within`: how long to wait for the `ready pid=` line, None when it was already
+/// read.
+fn finish_workload(
+    work: Proc,
+    secs: u64,
+    gated: bool,
+    ready_within: Option<Duration>,
+) -> Result<(f64, f64), String> {
     let pid = work.pid();
-    let ready = work.wait_line(Duration::from_secs(15), |l| l.starts_with("ready pid="));
+    let ready = match ready_within {
+        Some(within) => work.wait_line(within, |l| l.starts_with("ready pid=")),
+        None => Some(format!("ready pid={pid}")),
+    };
     let Some(ready) = ready else {
         let (exit, _, err) = work.stop(Duration::ZERO, Duration::from_secs(2));
         return Err(format!(

@@ -25,6 +25,14 @@ struct Row {
     unaccounted: u64,
     has_scope: bool,
     notes: Vec<String>,
+    /// The recorder's CPU over the recording's length, % of one core (median).
+    cpu_pct: Option<f64>,
+    /// The recorder's CPU while the workload ran, % of one core (median).
+    window_cpu_pct: Option<f64>,
+    /// Median recorder CPU seconds and Python samples, for the cost per Python sample.
+    python_samples: Option<f64>,
+    /// The recorder's time per DWARF unwind, over every run.
+    us_per_dwarf_unwind: Option<f64>,
 }
 
 pub fn median(mut v: Vec<f64>) -> Option<f64> {
@@ -88,6 +96,19 @@ fn summarise(records: &[RunRecord], w: Workload, t: Tracer) -> Row {
         unaccounted: scopes.iter().map(|s| s.unaccounted).sum(),
         has_scope: !scopes.is_empty(),
         notes: costs.iter().filter_map(|c| c.note.clone()).collect(),
+        cpu_pct: median(
+            costs
+                .iter()
+                .filter_map(|c| Some(100.0 * c.cpu_s / c.scope.as_ref()?.duration_s))
+                .collect(),
+        ),
+        window_cpu_pct: median(ok.iter().filter_map(|(_, s)| s.window_cpu_pct).collect()),
+        python_samples: median(scopes.iter().map(|s| s.python_samples as f64).collect()),
+        us_per_dwarf_unwind: {
+            let walks: u64 = scopes.iter().map(|s| s.dwarf_walks).sum();
+            let ns: u64 = scopes.iter().map(|s| s.dwarf_ns).sum();
+            (walks > 0).then(|| ns as f64 / 1e3 / walks as f64)
+        },
     }
 }
 
@@ -300,7 +321,13 @@ fn targets(cfg: &Config, records: &[RunRecord]) {
             fmt(p)
         );
     }
-    for w in [Workload::W1u, Workload::W2, Workload::W3, Workload::W4] {
+    for w in [
+        Workload::W1u,
+        Workload::W2,
+        Workload::W3,
+        Workload::W4,
+        Workload::W5,
+    ] {
         let r = ratio(w, Tracer::Stallscope);
         println!(
             "- {} {w:?} stallscope ratio ≥ 0.97: {}",
@@ -322,9 +349,10 @@ fn targets(cfg: &Config, records: &[RunRecord]) {
             fmt(ratio(Workload::W4, Tracer::Stallscope))
         );
     }
+    print_python_cost(records, &fmt, &ratio);
     let scope: Vec<_> = records
         .iter()
-        .filter(|r| matches!(r.tracer, Tracer::Stallscope | Tracer::StallscopeEveryLaunch))
+        .filter(|r| r.tracer.is_stallscope())
         .filter_map(|r| r.result.as_ref().ok()?.cost.as_ref())
         .collect();
     let rss = scope
@@ -350,6 +378,43 @@ fn targets(cfg: &Config, records: &[RunRecord]) {
         } else {
             String::new()
         }
+    );
+}
+
+/// W5, the torch job, with and without its Python frames: the recorder's CPU against the
+/// 3% target, and what the Python frames and the DWARF unwinds cost each.
+fn print_python_cost(
+    records: &[RunRecord],
+    fmt: &dyn Fn(Option<(f64, bool)>) -> String,
+    ratio: &dyn Fn(Workload, Tracer) -> Option<(f64, bool)>,
+) {
+    let on = summarise(records, Workload::W5, Tracer::Stallscope);
+    let off = summarise(records, Workload::W5, Tracer::StallscopeNoPython);
+    if on.runs == 0 {
+        return;
+    }
+    println!(
+        "- {} W5 recorder CPU ≤ 3% of one core with {} DataLoader workers: {} while the job \
+         ran, from 3 s after the attach ({} over the recorder's whole life, load, first \
+         symbols and report included)",
+        verdict(on.window_cpu_pct.map(|p| p <= 3.0)),
+        super::overhead::TORCH_WORKERS,
+        opt(on.window_cpu_pct, |p| format!("{p:.2}%")),
+        opt(on.cpu_pct, |p| format!("{p:.2}%"))
+    );
+    let per_sample = match (on.cpu_s, off.cpu_s, on.python_samples) {
+        (Some(a), Some(b), Some(n)) if n > 0.0 => Some((a - b) / n * 1e6),
+        _ => None,
+    };
+    println!(
+        "- W5 Python frames: {} samples with them per run; the recorder {} µs per Python \
+         sample (CPU with them less without, over their count; the kernel's walk shows in \
+         the ratio: {} with, {} without); {} µs per DWARF unwind",
+        opt(on.python_samples, |n| format!("{n:.0}")),
+        opt(per_sample, |us| format!("{us:.1}")),
+        fmt(ratio(Workload::W5, Tracer::Stallscope)),
+        fmt(ratio(Workload::W5, Tracer::StallscopeNoPython)),
+        opt(on.us_per_dwarf_unwind, |us| format!("{us:.1}")),
     );
 }
 

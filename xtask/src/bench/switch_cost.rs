@@ -60,7 +60,7 @@ fn one(cfg: &Config, tracked: bool) -> Result<(u64, f64), String> {
     let idle = spawn(&["sleep", "--secs", "120"])?;
     let work = spawn(&["pingpong", "--secs", &secs, "--cpu", &cpu])?;
     let target = if tracked { work.pid() } else { idle.pid() };
-    let tracer = tracers::attach(cfg, Tracer::Stallscope, target, &dir)?
+    let tracer = tracers::attach(cfg, Tracer::Stallscope, target, &dir, cfg.secs)?
         .ok_or("stallscope did not attach")?;
     let stats = work
         .wait_line(Duration::from_secs(cfg.secs + 30), |l| {

@@ -19,17 +19,27 @@ pub enum Tracer {
     /// stallscope with the kernel-launch probes always on (`--launch-duty 100`): what the
     /// launch windows save.
     StallscopeEveryLaunch,
+    /// stallscope without the Python frames (`--no-python`): what reading them costs.
+    StallscopeNoPython,
     Bpftrace,
     Runqlat,
     Offcputime,
 }
 
 impl Tracer {
+    pub fn is_stallscope(self) -> bool {
+        matches!(
+            self,
+            Self::Stallscope | Self::StallscopeEveryLaunch | Self::StallscopeNoPython
+        )
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Self::None => "none (baseline)",
             Self::Stallscope => "stallscope",
             Self::StallscopeEveryLaunch => "stallscope --launch-duty 100",
+            Self::StallscopeNoPython => "stallscope --no-python",
             Self::Bpftrace => "bpftrace",
             Self::Runqlat => "runqlat",
             Self::Offcputime => "offcputime",
@@ -59,6 +69,13 @@ pub struct ScopeStats {
     /// Events that went missing without the kernel side counting them as dropped.
     pub unaccounted: u64,
     pub events_per_s: f64,
+    /// The recording's length, as the report gives it.
+    pub duration_s: f64,
+    /// Stack samples that carried Python frames.
+    pub python_samples: u64,
+    /// DWARF unwinds and the recorder's time in them.
+    pub dwarf_walks: u64,
+    pub dwarf_ns: u64,
 }
 
 /// A tracer that has attached and is running.
@@ -75,7 +92,14 @@ impl Attached {
 }
 
 /// Starts the tracer against `pid` and waits until it is attached. None for the baseline.
-pub fn attach(cfg: &Config, t: Tracer, pid: u32, dir: &Path) -> Result<Option<Attached>, String> {
+/// `secs`: how long the workload runs.
+pub fn attach(
+    cfg: &Config,
+    t: Tracer,
+    pid: u32,
+    dir: &Path,
+    secs: u64,
+) -> Result<Option<Attached>, String> {
     let bin = cfg.tracer_bin(t).map_err(str::to_string)?;
     let pid_s = pid.to_string();
     let mut cmd = Command::new(bin);
@@ -83,14 +107,14 @@ pub fn attach(cfg: &Config, t: Tracer, pid: u32, dir: &Path) -> Result<Option<At
     // whose stdout is block-buffered into a pipe) BPF link fds appearing in /proc.
     let marker = match t {
         Tracer::None => return Ok(None),
-        Tracer::Stallscope | Tracer::StallscopeEveryLaunch => {
-            if t == Tracer::StallscopeEveryLaunch {
-                cmd.args(["record", "--launch-duty", "100"]);
-            } else {
-                cmd.arg("record");
-            }
+        Tracer::Stallscope | Tracer::StallscopeEveryLaunch | Tracer::StallscopeNoPython => {
+            match t {
+                Tracer::StallscopeEveryLaunch => cmd.args(["record", "--launch-duty", "100"]),
+                Tracer::StallscopeNoPython => cmd.args(["record", "--no-python"]),
+                _ => cmd.arg("record"),
+            };
             cmd.args(["--pid", &pid_s, "--json", "-d"])
-                .arg(format!("{}s", cfg.secs + 5))
+                .arg(format!("{}s", secs + 5))
                 .arg("-o")
                 .arg(dir.join("bench.rec"))
                 .arg("--flamegraph-dir")
@@ -170,7 +194,7 @@ pub fn detach(a: Attached, grace: Duration) -> Cost {
     if !exit.success() && !interrupted {
         note = Some(format!("ended with {}: {}", exit.describe(), tail(&err)));
     }
-    let scope = if matches!(a.tracer, Tracer::Stallscope | Tracer::StallscopeEveryLaunch) {
+    let scope = if a.tracer.is_stallscope() {
         let s = scope_stats(&out);
         if s.is_none() {
             note.get_or_insert_with(|| format!("no JSON report: {}", tail(&err)));
@@ -206,7 +230,17 @@ pub fn scope_stats(json_text: &str) -> Option<ScopeStats> {
             n("attempted").saturating_sub(n("dropped").saturating_add(n("received")))
         })
         .sum();
+    let count = |section: &str, k: &str| {
+        v.get(section)
+            .and_then(|s| s.get(k))
+            .and_then(serde_json::Value::as_u64)
+            .unwrap_or(0)
+    };
     Some(ScopeStats {
+        duration_s,
+        python_samples: count("python", "samples"),
+        dwarf_walks: count("unwinding", "dwarf_walks"),
+        dwarf_ns: count("unwinding", "dwarf_ns"),
         attempted,
         lost,
         unaccounted,

@@ -90,14 +90,19 @@ impl Python {
         }
     }
 
-    /// Finds `pid`'s interpreter if not yet known, then brings the kernel's view of its
-    /// threads up to date. `maps` is the text of its `/proc/PID/maps`.
-    pub fn scan(&mut self, ebpf: &mut aya::Ebpf, pid: u32, maps: &str) {
+    /// Finds `pid`'s interpreter if not yet known (when given its maps' text, `/proc/PID/maps`),
+    /// then brings the kernel's view of its threads up to date.
+    pub fn scan(&mut self, ebpf: &mut aya::Ebpf, pid: u32, maps: Option<&str>) {
         if self.skipped.contains(&pid) {
             return;
         }
-        if !self.procs.contains_key(&pid) && !self.find(ebpf, pid, maps) {
-            return;
+        if !self.procs.contains_key(&pid) {
+            let Some(maps) = maps else {
+                return;
+            };
+            if !self.find(ebpf, pid, maps) {
+                return;
+            }
         }
         let tids = interpreter::task_tids(pid);
         let Some(p) = self.procs.get_mut(&pid) else {

@@ -66,7 +66,13 @@ pub struct Namer {
     /// a few milliseconds after they were taken, and a process that exited in between (a
     /// DataLoader worker at the end of an epoch) is named from its files instead.
     mappings: HashMap<u32, Vec<Mapping>>,
+    /// When each process's mappings were last read.
+    mappings_read: HashMap<u32, std::time::Instant>,
 }
+
+/// The shortest wait between two reads of a process's mappings for addresses in none of
+/// them (JIT code, the vDSO, a stray return address).
+const MAPPINGS_REREAD: std::time::Duration = std::time::Duration::from_millis(500);
 
 impl Default for Namer {
     fn default() -> Self {
@@ -74,6 +80,7 @@ impl Default for Namer {
             symbolizer: Symbolizer::new(),
             cache: HashMap::new(),
             mappings: HashMap::new(),
+            mappings_read: HashMap::new(),
         }
     }
 }
@@ -120,6 +127,9 @@ impl Namer {
             .collect();
         missing.sort_unstable();
         missing.dedup();
+        if !kernel && !missing.is_empty() {
+            missing = self.names_from_files(pid, &missing);
+        }
         if !missing.is_empty() {
             let src = if kernel {
                 Source::Kernel(Kernel::default())
@@ -160,16 +170,72 @@ impl Namer {
     }
 
     /// Keeps `pid`'s mappings, read again when one of `addrs` lies in none of them (a
-    /// library loaded since).
+    /// library loaded since), at most every [`MAPPINGS_REREAD`].
     fn remember_mappings(&mut self, pid: u32, addrs: &[Addr]) {
         let known = self.mappings.get(&pid).is_some_and(|maps| {
             addrs
                 .iter()
                 .all(|a| maps.iter().any(|m| m.range.contains(a)))
         });
-        if !known && let Some(maps) = executable_mappings(pid) {
+        let now = std::time::Instant::now();
+        let recent = self
+            .mappings_read
+            .get(&pid)
+            .is_some_and(|at| now.duration_since(*at) < MAPPINGS_REREAD);
+        if !known
+            && !recent
+            && let Some(maps) = executable_mappings(pid)
+        {
             self.mappings.insert(pid, maps);
+            self.mappings_read.insert(pid, now);
         }
+    }
+
+    /// Names the addresses of `pid` that lie in its known file mappings from the mapped
+    /// files (by file offset), and returns the others. blazesym's process source reads the
+    /// process's whole maps for every lookup, which for a torch process (hundreds of
+    /// mappings) cost more than the naming itself.
+    fn names_from_files(&mut self, pid: u32, addrs: &[Addr]) -> Vec<Addr> {
+        self.remember_mappings(pid, addrs);
+        let Some(maps) = self.mappings.get(&pid) else {
+            return addrs.to_vec();
+        };
+        let mut rest = Vec::new();
+        let mut by_file: HashMap<usize, Vec<(Addr, u64)>> = HashMap::new();
+        for &a in addrs {
+            match maps.iter().position(|m| m.range.contains(&a)) {
+                Some(i) => by_file
+                    .entry(i)
+                    .or_default()
+                    .push((a, a - maps[i].range.start + maps[i].offset)),
+                None => rest.push(a),
+            }
+        }
+        let alive = std::path::Path::new(&format!("/proc/{pid}")).exists();
+        for (i, found) in by_file {
+            let m = &maps[i];
+            // The file as the process sees it: through its root, for one in a container.
+            let path = if alive {
+                std::path::Path::new(&format!("/proc/{pid}/root"))
+                    .join(m.path.strip_prefix("/").unwrap_or(&m.path))
+            } else {
+                m.path.clone()
+            };
+            let offsets: Vec<u64> = found.iter().map(|f| f.1).collect();
+            let src = Source::Elf(Elf::new(path));
+            let Ok(named) = self.symbolizer.symbolize(&src, Input::FileOffset(&offsets)) else {
+                rest.extend(found.iter().map(|f| f.0));
+                continue;
+            };
+            for ((addr, _), sym) in found.iter().zip(named.iter()) {
+                let name = match sym {
+                    Symbolized::Sym(sym) => sym.name.to_string(),
+                    _ => "[unknown]".to_string(),
+                };
+                self.cache.insert((pid, *addr), name);
+            }
+        }
+        rest
     }
 
     /// Names an address of a process that is gone, from the file it was mapped from.
@@ -251,6 +317,7 @@ impl Namer {
     pub fn forget(&mut self, pid: u32) {
         self.cache.retain(|(p, _), _| *p != pid);
         self.mappings.remove(&pid);
+        self.mappings_read.remove(&pid);
     }
 }
 
