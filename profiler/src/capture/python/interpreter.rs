@@ -350,6 +350,29 @@ mod tests {
     }
 
     #[test]
+    fn a_version_without_a_layout_is_named_unsupported_before_anything_is_read() {
+        let maps = "7f10-7f20 r-xp 00002000 08:01 99 /opt/py/lib/libpython3.14.so.1.0\n";
+        let mut cache = ElfCache::new();
+        match Interpreter::find(1, maps, &mut cache) {
+            Ok(Found::Unsupported { version, path }) => {
+                assert_eq!(version, (3, 14));
+                assert_eq!(path, PathBuf::from("/opt/py/lib/libpython3.14.so.1.0"));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(cache.is_empty(), "the file was read");
+        let none = "7f10-7f20 r-xp 00000000 08:01 99 /usr/bin/bash\n";
+        assert!(matches!(
+            Interpreter::find(1, none, &mut cache),
+            Ok(Found::NotPython)
+        ));
+        // A supported version whose file cannot be read is an error that names the file.
+        let gone = "7f10-7f20 r-xp 00000000 08:01 98 /nonexistent/libpython3.11.so.1.0\n";
+        let err = Interpreter::find(std::process::id(), gone, &mut cache).unwrap_err();
+        assert!(err.contains("/nonexistent/libpython3.11.so.1.0"), "{err}");
+    }
+
+    #[test]
     fn the_tid_offset_is_found_in_this_process_own_pthreads() {
         let (tx, rx) = std::sync::mpsc::channel();
         let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
