@@ -8,7 +8,6 @@ and prints `ready pid=N` once they run.
 
 usage: threads.py SECONDS TRUTH.json [--cuda]
 """
-import ctypes
 import json
 import os
 import sys
@@ -33,23 +32,6 @@ def sleepy(stop):
         time.sleep(0.005)  # sleep
 
 
-class Gpu:
-    """The CUDA driver API through ctypes: a context on device 0, as a framework makes."""
-
-    def __init__(self):
-        self.lib = ctypes.CDLL("libcuda.so.1")
-        self.check(self.lib.cuInit(0), "cuInit")
-        dev = ctypes.c_int()
-        self.check(self.lib.cuDeviceGet(ctypes.byref(dev), 0), "cuDeviceGet")
-        ctx = ctypes.c_void_p()
-        self.check(self.lib.cuCtxCreate_v2(ctypes.byref(ctx), 0, dev), "cuCtxCreate_v2")
-
-    @staticmethod
-    def check(status, what):
-        if status != 0:
-            raise RuntimeError(f"{what} failed: CUresult {status}")
-
-
 def wait_for_gpu(gpu):
     gpu.check(gpu.lib.cuCtxSynchronize(), "cuCtxSynchronize")  # sync
 
@@ -71,7 +53,11 @@ class Trainer:
 
 def main():
     secs, truth = float(sys.argv[1]), sys.argv[2]
-    gpu = Gpu() if "--cuda" in sys.argv[3:] else None
+    gpu = None
+    if "--cuda" in sys.argv[3:]:
+        import cudadrv
+
+        gpu = cudadrv.Driver()
     stop = threading.Event()
     tids = {}
 

@@ -2,8 +2,8 @@
 
 A `torch.utils.data.DataLoader` with worker processes feeds a training loop that copies each
 batch to the GPU, launches a kernel and waits for it, through the CUDA driver API (ctypes on
-`libcuda.so.1`: the simulated GPU on machines without one, a real driver elsewhere, where the
-kernel is stallgen's PTX spin). One scenario injects one cause:
+`libcuda.so.1`, see cudadrv.py: the simulated GPU on machines without one, a real driver
+elsewhere, where the kernel is stallgen's PTX spin). One scenario injects one cause:
 
 - `dataloader-cpu`: each sample costs the workers `augment` CPU time, more than the kernel
   takes, so the loop waits for batches;
@@ -27,24 +27,7 @@ import time
 import torch
 import torch.utils.data
 
-SPIN_PTX = b"""
-.version 7.0
-.target sm_70
-.address_size 64
-.visible .entry spin(.param .u64 spin_param_0)
-{
-  .reg .pred %p<2>;
-  .reg .b64 %rd<6>;
-  ld.param.u64 %rd1, [spin_param_0];
-  mov.u64 %rd2, %globaltimer;
-$L_loop:
-  mov.u64 %rd3, %globaltimer;
-  sub.s64 %rd4, %rd3, %rd2;
-  setp.lt.u64 %p1, %rd4, %rd1;
-  @%p1 bra $L_loop;
-  ret;
-}
-\0"""
+import cudadrv
 
 # Per scenario: the kernel's time, the workers' CPU time per batch, the loop's CPU time per
 # step (seconds). The loop is idle for what the workers or the loop take beyond the kernel.
@@ -88,28 +71,12 @@ def host_preprocess(batch, seconds):
     return batch
 
 
-class Gpu:
+class Gpu(cudadrv.Driver):
     def __init__(self):
-        self.lib = ctypes.CDLL("libcuda.so.1")
-        self.check(self.lib.cuInit(0), "cuInit")
-        dev = ctypes.c_int()
-        self.check(self.lib.cuDeviceGet(ctypes.byref(dev), 0), "cuDeviceGet")
-        self.ctx = ctypes.c_void_p()
-        self.check(self.lib.cuCtxCreate_v2(ctypes.byref(self.ctx), 0, dev), "cuCtxCreate_v2")
-        module = ctypes.c_void_p()
-        self.check(self.lib.cuModuleLoadData(ctypes.byref(module), SPIN_PTX), "cuModuleLoadData")
-        self.spin = ctypes.c_void_p()
-        self.check(
-            self.lib.cuModuleGetFunction(ctypes.byref(self.spin), module, b"spin"),
-            "cuModuleGetFunction",
-        )
+        super().__init__()
+        self.spin = self.spin_kernel()
         self.dbuf = ctypes.c_uint64()
         self.check(self.lib.cuMemAlloc_v2(ctypes.byref(self.dbuf), BATCH_BYTES), "cuMemAlloc_v2")
-
-    @staticmethod
-    def check(status, what):
-        if status != 0:
-            raise RuntimeError(f"{what} failed: CUresult {status}")
 
     def copy_in(self, batch):
         self.check(

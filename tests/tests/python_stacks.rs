@@ -19,7 +19,7 @@ use std::{
 use common::{
     Scratch, serial,
     spawned::Spawned,
-    stallscope::{RECORD_TIMEOUT, assert_success, bin, command, parse_report},
+    stallscope::{RECORD_TIMEOUT, assert_success, bin, command, folded, parse_report},
 };
 use serde_json::Value;
 
@@ -83,20 +83,6 @@ struct Run {
     truth: Value,
     on_cpu: Vec<(Vec<String>, u64)>,
     off_cpu: Vec<(Vec<String>, u64)>,
-}
-
-fn folded(path: &Path) -> Vec<(Vec<String>, u64)> {
-    std::fs::read_to_string(path)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-        .lines()
-        .filter_map(|l| {
-            let (stack, weight) = l.rsplit_once(' ')?;
-            Some((
-                stack.split(';').map(str::to_string).collect(),
-                weight.parse().ok()?,
-            ))
-        })
-        .collect()
 }
 
 fn record(python: &Path, sim: &Scratch) -> Run {

@@ -23,7 +23,7 @@ use common::{
         truth_idle,
     },
     spawned::Spawned,
-    stallscope::{RECORD_TIMEOUT, assert_success, command, parse_report},
+    stallscope::{RECORD_TIMEOUT, assert_success, command, folded, parse_report},
 };
 use serde_json::Value;
 
@@ -90,18 +90,13 @@ fn run(scenario: &str, cause: &str) -> Run {
         .lines()
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect();
-    let folded = dir.join(&format!("fg/x.cause-{cause}.folded"));
-    let cause_stacks = std::fs::read_to_string(&folded)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| {
-            let (stack, weight) = l.rsplit_once(' ')?;
-            Some((
-                stack.split(';').map(str::to_string).collect(),
-                weight.parse().ok()?,
-            ))
-        })
-        .collect();
+    // No flamegraph when the cause was never found: the label check says so.
+    let path = dir.join(&format!("fg/x.cause-{cause}.folded"));
+    let cause_stacks = if path.exists() {
+        folded(&path)
+    } else {
+        Vec::new()
+    };
     Run {
         report: parse_report(&f.stdout),
         truth,

@@ -92,6 +92,21 @@ pub fn report(file: &Path, json: bool) -> Finished {
     Spawned::start(&mut cmd).finish(REPORT_TIMEOUT)
 }
 
+/// A folded-stacks file (`frames;... weight` per line) as frames and weights.
+pub fn folded(path: &std::path::Path) -> Vec<(Vec<String>, u64)> {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .lines()
+        .filter_map(|l| {
+            let (stack, weight) = l.rsplit_once(' ')?;
+            Some((
+                stack.split(';').map(str::to_string).collect(),
+                weight.parse().ok()?,
+            ))
+        })
+        .collect()
+}
+
 /// The JSON report in stdout. A launched command shares stdout, so lines before the report's
 /// opening brace are the command's.
 pub fn parse_report(stdout: &str) -> Value {
