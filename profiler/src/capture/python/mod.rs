@@ -65,6 +65,19 @@ struct Process {
 /// Failed scans of a process's threads before a warning (scans come every 200 ms).
 const SCANS_BEFORE_WARNING: u32 = 5;
 
+/// The code object at `addr` in process `p` (`pid`), read on first sight and kept, None if it
+/// could not be read.
+fn code_of<'a>(
+    codes: &'a mut HashMap<(u32, u64), Option<Code>>,
+    p: &Process,
+    pid: u32,
+    addr: u64,
+) -> &'a Option<Code> {
+    codes
+        .entry((pid, addr))
+        .or_insert_with(|| Code::read(&p.mem, p.interp.layout, addr, p.interp.code_type))
+}
+
 /// The Python side of a recording: the interpreters found, what the kernel was told, and
 /// every code object read so far.
 #[derive(Default)]
@@ -230,10 +243,7 @@ impl Python {
         let mut out = Vec::new();
         for f in frames.iter().filter(|f| f.code & PY_FRAME_SHIM == 0) {
             let addr = f.code & !PY_FRAME_MARKS;
-            let code = self
-                .codes
-                .entry((pid, addr))
-                .or_insert_with(|| Code::read(&p.mem, layout, addr, p.interp.code_type));
+            let code = code_of(&mut self.codes, p, pid, addr);
             let Some(code) = code else {
                 continue;
             };
@@ -267,10 +277,7 @@ impl Python {
                 named.push((name.clone(), outermost));
                 continue;
             }
-            let code = self
-                .codes
-                .entry((pid, addr))
-                .or_insert_with(|| Code::read(&p.mem, layout, addr, p.interp.code_type));
+            let code = code_of(&mut self.codes, p, pid, addr);
             let Some(code) = code else {
                 unreadable += 1;
                 continue;
