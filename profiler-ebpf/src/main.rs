@@ -6,6 +6,7 @@
 mod block;
 mod canary;
 mod cuda;
+mod dlopen;
 mod emit;
 mod filemap;
 mod maps;

@@ -121,6 +121,10 @@ pub static PY_PROCS: HashMap<u32, PyProcess> = HashMap::with_max_entries(4096, 0
 #[map]
 pub static PY_THREADS: HashMap<u32, u64> = HashMap::with_max_entries(65536, 0);
 
+/// Processes that loaded or unloaded a library since user space last looked (dlopen.rs).
+#[map]
+pub static MAPS_CHANGED: HashMap<u32, u8> = HashMap::with_max_entries(4096, 0);
+
 #[map]
 pub static PAGE_CACHE_FILES: HashMap<FileKey, FileMisses> = HashMap::with_max_entries(16384, 0);
 

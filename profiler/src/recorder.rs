@@ -115,10 +115,12 @@ pub fn run(args: RecordArgs) -> anyhow::Result<i32> {
     // that no moment of the recording has a feeder whose CUDA calls go unseen: the probes
     // record nothing for a thread until it is tracked.
     let mut probes = crate::capture::probes::cuda::CudaProbes::new(&mut ebpf, !args.no_cuda_probes);
+    let mut dlopen = crate::capture::probes::dlopen::DlopenWatch::default();
     let mut early = Vec::new();
     for &pid in &tree {
         let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
         early.extend(probes.scan(&mut ebpf, pid, &maps));
+        dlopen.scan(&mut ebpf, pid, &maps);
         // Before the programs attach, so that the first samples carry their Python frames.
         if !args.no_python {
             decoder.python.scan(&mut ebpf, pid, Some(&maps));
@@ -218,6 +220,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<i32> {
         .then(|| gpu::GpuSampler::start(args.nvml_lib.clone(), pids.clone(), start_ns));
     let mut session = session::Session::new(ebpf, slots, decoder, writer, pids, gpu, probes);
     session.python = !args.no_python;
+    session.dlopen = dlopen;
     eprintln!(
         "stallscope: tracing {} thread(s) of PID {}{}; writing {}",
         seeds.len(),

@@ -2,11 +2,21 @@
 //! on first use, then keeps calling probed driver functions.
 use std::{
     ffi::{CString, c_void},
-    io,
+    io::{self, Write as _},
     time::{Duration, Instant},
 };
 
 type Sync0 = unsafe extern "C" fn() -> i32;
+
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid timespec to fill.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
 type Init = unsafe extern "C" fn(u32) -> i32;
 
 fn dlerror() -> String {
@@ -44,7 +54,8 @@ fn open(lib: &str) -> io::Result<*mut c_void> {
 
 /// Announces readiness, waits `delay`, dlopens `preload` (only mapped) and `lib` (names the
 /// dynamic linker resolves, e.g. through LD_LIBRARY_PATH, or paths), then calls `lib`'s
-/// cuCtxSynchronize in 10 ms steps until `secs`.
+/// cuCtxSynchronize in 10 ms steps until `secs`. Each call's time (CLOCK_MONOTONIC) goes to
+/// stdout as `call ns=T`, the ground truth of what the probes should see.
 pub fn cuda_late(
     lib: &str,
     preload: Option<&str>,
@@ -65,10 +76,13 @@ pub fn cuda_late(
     // SAFETY: plain driver calls; without a context the sync fails, which is fine: the call
     // is what the probes must see.
     unsafe { init(0) };
+    let mut out = io::stdout().lock();
     while start.elapsed() < secs {
         // SAFETY: as above.
         unsafe { sync() };
+        writeln!(out, "call ns={}", monotonic_ns())?;
         std::thread::sleep(Duration::from_millis(10));
     }
+    out.flush()?;
     Ok(())
 }

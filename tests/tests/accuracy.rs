@@ -150,6 +150,14 @@ fn cold_reader_waits_on_io() {
         u64_field(&t["block_io"], "count") > 0,
         "no block IO attributed to the cold reader: {t}"
     );
+    // The file it missed on is named by its path, from the reader's open files.
+    let files = rec.report["page_cache_files"].as_array().unwrap();
+    assert!(
+        files
+            .iter()
+            .any(|f| f["path"] == file && f["pages"].as_u64().unwrap() > 0),
+        "{file} is not among the page-cache files: {files:?}"
+    );
 }
 
 #[test]

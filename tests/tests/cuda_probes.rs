@@ -77,27 +77,40 @@ fn a_driver_loaded_after_attach_is_probed() {
     let _serial = serial();
     let dir = Scratch::new("cuda-late");
     let libs = sim_libs(&dir);
-    let (_job, pid) = start(
+    let (job, pid) = start(
         Command::new(stallwork())
             .env("LD_LIBRARY_PATH", &libs)
             .env("STALLSCOPE_SIMGPU_STATE", dir.join("state"))
-            .args(["cuda-late", "--lib", "libcuda.so.1", "--delay-ms", "1500"])
-            .args(["--secs", "6"]),
+            .args(["cuda-late", "--lib", "libcuda.so.1", "--delay-ms", "3500"])
+            .args(["--secs", "8"]),
     );
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
     assert!(
         !maps.contains("libcuda"),
         "libcuda was mapped before attach"
     );
-    let (report, _) = record(pid, &dir, "4s");
+    let (report, _) = record(pid, &dir, "6s");
     let lib = library(&report, "Driver");
     assert_eq!(lib["pid"], pid);
     assert!(lib["attached"].as_u64().unwrap() > 10, "{lib}");
     let n = calls(&report, pid, "cuCtxSynchronize");
-    // One call per 10 ms for the 2.5 s after the load; generous for a loaded CI machine.
+    // The calls the job made while the recording ran, all after the load. The kernel says
+    // when a process maps new code, so the probes go on within a scan (200 ms) of the load,
+    // not at the next timed read of the maps (3 s later at that point, past the end): most
+    // of the calls are seen.
+    let (_, end) = common::stallscope::window(&report);
+    let out = job.finish(Duration::from_secs(30)).stdout;
+    let made = out
+        .lines()
+        .filter_map(|l| l.strip_prefix("call ns="))
+        .filter_map(|t| t.parse::<u64>().ok())
+        .filter(|&t| t <= end)
+        .count() as u64;
+    assert!(made > 50, "the job made only {made} calls while recorded");
+    eprintln!("cuCtxSynchronize: {n} seen of {made} made while recorded");
     assert!(
-        n >= 50,
-        "cuCtxSynchronize seen {n} times: {}",
+        n as f64 >= 0.7 * made as f64,
+        "cuCtxSynchronize seen {n} times of the {made} made while recorded: {}",
         report["cuda"]
     );
 }

@@ -397,6 +397,13 @@ impl Decoder {
     /// A probed call of `tid` (of `pid`) that had not returned when the recording ended at
     /// `end_ns`: recorded as ending there, with [`record::IN_PROGRESS`] as its status, so
     /// that a wait that outlasts the recording (a hung collective) is still a wait.
+    /// `pid`'s executable mappings changed since they were last read: the unwinder and the
+    /// namer look again for addresses they had found in none.
+    pub fn new_code(&mut self, pid: u32) {
+        self.namer.new_code(pid);
+        self.unwinding.0.new_code(pid);
+    }
+
     pub fn open_call(
         &mut self,
         tid: u32,

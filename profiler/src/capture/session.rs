@@ -2,7 +2,7 @@
 //! and periodic accounting snapshots into the recording file until the duration ends, a
 //! signal arrives or every traced thread has exited.
 use std::{
-    collections::{BTreeSet, HashMap},
+    collections::{BTreeSet, HashMap, HashSet},
     sync::{Arc, Mutex},
     time::Duration,
 };
@@ -20,20 +20,27 @@ use super::{
     decode::Decoder,
     gpu::GpuSampler,
     kernel::slots::Slots,
+    probes::dlopen::DlopenWatch,
     proc::{files::FileNames, target},
     sink::{Sink, write_process},
 };
 
-/// A process's maps as last read: their digest, and when to read them again (in scans).
+/// A process's maps as last read: their digest, and when to read them again (in scans);
+/// and its threads' page-cache misses when its open files were last listed.
 #[derive(Default)]
 struct MapsWatch {
     digest: u64,
     every: u64,
     next_scan: u64,
+    page_cache_misses: u64,
 }
 
-/// The longest wait between two reads of unchanged maps, in scans (200 ms each).
+/// The longest wait between two reads of unchanged maps, in scans (200 ms each), for a
+/// process whose loader is not probed...
 const MAPS_SCANS_AT_MOST_EVERY: u64 = 5;
+/// ... and for one whose loader says when it loads a library ([`DlopenWatch`]): then the
+/// timer only catches what the loader does not do (code mapped by hand, a JIT).
+const WATCHED_MAPS_SCANS_AT_MOST_EVERY: u64 = 25;
 
 pub struct Session {
     pub ebpf: aya::Ebpf,
@@ -55,10 +62,30 @@ pub struct Session {
     probes: super::probes::cuda::CudaProbes,
     /// When each process's maps are read next.
     maps_watch: HashMap<u32, MapsWatch>,
+    /// The loader probes that mark processes loading a library (`MAPS_CHANGED`).
+    pub dlopen: DlopenWatch,
     /// Whether the kernel sends Python frames (`record --no-python` turns them off).
     pub python: bool,
     /// Removing the CUDA probes, in the background; joined before exit.
     pub unprobe: Option<std::thread::JoinHandle<()>>,
+}
+
+/// A digest of the executable mappings in `maps`: the others (heap arenas, tensors, the
+/// shared memory a DataLoader hands its batches over in) come and go with every step, and
+/// none of what is read from the maps depends on them.
+fn code_digest(maps: &str) -> u64 {
+    use std::hash::{Hash as _, Hasher as _};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for line in maps.lines() {
+        if line
+            .split_whitespace()
+            .nth(1)
+            .is_some_and(|perms| perms.contains('x'))
+        {
+            line.hash(&mut h);
+        }
+    }
+    h.finish()
 }
 
 /// The kernel's per-kind counts of attempted and refused records.
@@ -107,6 +134,7 @@ impl Session {
             probes,
             python: true,
             maps_watch: HashMap::new(),
+            dlopen: DlopenWatch::default(),
             unprobe: None,
         }
     }
@@ -151,33 +179,50 @@ impl Session {
     }
 
     /// One read of the process's maps serves the file names, the CUDA probes, the driver
-    /// check and finding a Python interpreter. The maps are read again at once after they
-    /// changed, and less often (down to once a second) while they stay the same, and the open
-    /// files with them: a torch process maps hundreds of files, and the kernel's formatting
-    /// of them was most of the recorder's time. Python threads are looked at on every scan.
-    fn scan_process(&mut self, pid: u32, scan: u64) -> anyhow::Result<()> {
+    /// check and finding a Python interpreter. A torch process maps hundreds of files, and
+    /// the kernel's formatting of them was most of the recorder's time: the maps are read
+    /// when the process's loader said it loaded or unloaded a library (`changed`), and
+    /// otherwise less and less often while they stay the same. The open files are listed when the process's threads
+    /// missed the page cache since the last listing: those are the files the report names.
+    /// Python threads are looked at on every scan.
+    fn scan_process(&mut self, pid: u32, scan: u64, changed: bool) -> anyhow::Result<()> {
+        let misses: u64 = self
+            .last
+            .values()
+            .filter(|c| c.pid == pid)
+            .map(|c| c.page_cache_misses)
+            .sum();
         let watch = self.maps_watch.entry(pid).or_default();
-        if scan < watch.next_scan {
+        if misses != watch.page_cache_misses {
+            watch.page_cache_misses = misses;
+            self.files.scan_open(pid);
+        }
+        if !changed && scan < watch.next_scan {
             if self.python {
                 self.decoder.python.scan(&mut self.ebpf, pid, None);
             }
             return Ok(());
         }
         let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
-        let digest = {
-            use std::hash::{Hash as _, Hasher as _};
-            let mut h = std::collections::hash_map::DefaultHasher::new();
-            maps.hash(&mut h);
-            h.finish()
+        let digest = code_digest(&maps);
+        // After an exec the loader may be another one, or none.
+        self.dlopen.forget(pid);
+        let longest = if self.dlopen.scan(&mut self.ebpf, pid, &maps) {
+            WATCHED_MAPS_SCANS_AT_MOST_EVERY
+        } else {
+            MAPS_SCANS_AT_MOST_EVERY
         };
         watch.every = if digest == watch.digest {
-            (watch.every * 2).clamp(1, MAPS_SCANS_AT_MOST_EVERY)
+            (watch.every * 2).clamp(1, longest)
         } else {
             1
         };
+        if digest != watch.digest {
+            self.decoder.new_code(pid);
+        }
         watch.digest = digest;
         watch.next_scan = scan + watch.every;
-        self.files.scan_with(pid, &maps);
+        self.files.scan_mapped(pid, &maps);
         if self.python {
             self.decoder.python.scan(&mut self.ebpf, pid, Some(&maps));
         }
@@ -196,6 +241,21 @@ impl Session {
             })?;
         }
         Ok(())
+    }
+
+    /// The processes the kernel saw map new code since the last call, taken off its list.
+    fn maps_changed(&mut self) -> HashSet<u32> {
+        let Some(map) = self.ebpf.map_mut("MAPS_CHANGED") else {
+            return HashSet::new();
+        };
+        let Ok(mut map) = BpfHashMap::<_, u32, u8>::try_from(map) else {
+            return HashSet::new();
+        };
+        let pids: HashSet<u32> = map.keys().flatten().collect();
+        for pid in &pids {
+            let _ = map.remove(pid);
+        }
+        pids
     }
 
     /// Writes a Tick; returns how many tracked threads are alive.
@@ -266,8 +326,9 @@ impl Session {
                             .lock()
                             .map(|p| p.iter().copied().collect())
                             .unwrap_or_default();
+                        let changed = self.maps_changed();
                         for pid in pids {
-                            self.scan_process(pid, scans / 4)?;
+                            self.scan_process(pid, scans / 4, changed.contains(&pid))?;
                         }
                     }
                     if self.tick()? == 0 {
@@ -291,7 +352,20 @@ impl Session {
         // The other programs first: removing uprobes holds the kernel's trace-event lock for
         // a grace period each, which classic tracepoints' detach would queue behind.
         crate::capture::kernel::loader::detach_all(&mut self.ebpf);
-        self.unprobe = self.probes.release();
+        let cuda = self.probes.release();
+        let loaders = self.dlopen.release();
+        self.unprobe = (cuda.is_some() || !loaders.is_empty()).then(|| {
+            std::thread::spawn(move || {
+                std::thread::scope(|s| {
+                    for link in loaders {
+                        s.spawn(move || drop(link));
+                    }
+                });
+                if let Some(h) = cuda {
+                    let _ = h.join();
+                }
+            })
+        });
         std::thread::sleep(Duration::from_millis(20));
         self.drain(ring.get_mut())?;
         self.finish(reason)?;
@@ -356,6 +430,16 @@ impl Session {
         let mut rows: Vec<(FileKey, FileMisses)> = files.iter().flatten().collect();
         rows.sort_by_key(|(k, _)| (k.tid, k.dev, k.ino));
         let pids: HashMap<u32, u32> = self.last.iter().map(|(t, c)| (*t, c.pid)).collect();
+        // A file opened since the last listing, still open now.
+        let mut listed = HashSet::new();
+        for (k, _) in &rows {
+            if let Some(&pid) = pids.get(&k.tid)
+                && self.files.name(k.dev, k.ino).is_none()
+                && listed.insert(pid)
+            {
+                self.files.scan_open(pid);
+            }
+        }
         for (k, m) in rows {
             let record = Record::PageCacheFile {
                 tid: k.tid,

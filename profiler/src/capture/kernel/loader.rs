@@ -102,6 +102,9 @@ pub fn load(
         let prog: &mut TracePoint = program(&mut ebpf, FILEMAP)?;
         prog.load().map_err(|e| rejection(FILEMAP, e))?;
     }
+    let prog: &mut UProbe = program(&mut ebpf, crate::capture::probes::dlopen::PROGRAM)?;
+    prog.load()
+        .map_err(|e| rejection(crate::capture::probes::dlopen::PROGRAM, e))?;
     let prog: &mut PerfEvent = program(&mut ebpf, "cpu_sample")?;
     prog.load().map_err(|e| rejection("cpu_sample", e))?;
     if wanted("cuda") {

@@ -6,7 +6,7 @@
 //! microseconds per hit, so at tens of thousands of launches a second they are switched on
 //! for a short on-period out of every period, and the counts are scaled by the time they were on.
 use std::{
-    collections::{BTreeMap, HashSet},
+    collections::{BTreeMap, HashMap, HashSet},
     os::fd::{AsFd, OwnedFd},
     os::unix::fs::MetadataExt,
     path::PathBuf,
@@ -62,6 +62,8 @@ pub struct CudaProbes {
     links: Vec<UProbeLink>,
     /// By (TID, API index): the counts already reported.
     last_counts: BTreeMap<(u32, u32), u64>,
+    /// The process of each thread counted: a thread stays in its process.
+    tgids: HashMap<u32, u32>,
     launches: Option<BpfHashMap<MapData, u64, u64>>,
     /// Whether any launch entry point is probed: until one is, the launch counts are not
     /// read (walking the empty hash costs a scan of all its buckets on every tick).
@@ -83,6 +85,7 @@ impl CudaProbes {
             early_launches: Some(Vec::new()),
             links: Vec::new(),
             last_counts: BTreeMap::new(),
+            tgids: HashMap::new(),
             launches,
             counting: false,
             available,
@@ -247,7 +250,16 @@ impl CudaProbes {
             if total > last {
                 counts.push(LaunchCount {
                     tid,
-                    pid: crate::capture::proc::target::tgid(tid).unwrap_or(0),
+                    pid: match self.tgids.get(&tid) {
+                        Some(&pid) => pid,
+                        None => {
+                            let pid = crate::capture::proc::target::tgid(tid).unwrap_or(0);
+                            if pid != 0 {
+                                self.tgids.insert(tid, pid);
+                            }
+                            pid
+                        }
+                    },
                     launches: total - last,
                     api: APIS
                         .get(api as usize)

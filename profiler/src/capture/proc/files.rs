@@ -43,18 +43,25 @@ impl FileNames {
     /// Records the files `pid` has open or mapped now.
     pub fn scan(&mut self, pid: u32) {
         let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
-        self.scan_with(pid, &maps);
+        self.scan_open(pid);
+        self.scan_mapped(pid, &maps);
     }
 
-    /// As [`Self::scan`], with the process's maps already read.
-    pub fn scan_with(&mut self, pid: u32, maps: &str) {
-        let mut paths: Vec<PathBuf> = Vec::new();
-        if let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) {
-            paths.extend(
-                dir.flatten()
-                    .filter_map(|e| std::fs::read_link(e.path()).ok()),
-            );
-        }
+    /// Records the files `pid` has open now.
+    pub fn scan_open(&mut self, pid: u32) {
+        let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+            return;
+        };
+        let paths: Vec<PathBuf> = dir
+            .flatten()
+            .filter_map(|e| std::fs::read_link(e.path()).ok())
+            .collect();
+        self.remember(pid, paths);
+    }
+
+    /// Records the files `pid` maps, from its `maps`; each path once per process.
+    pub fn scan_mapped(&mut self, pid: u32, maps: &str) {
+        let mut paths = Vec::new();
         for path in maps
             .lines()
             .filter_map(|l| l.split_whitespace().nth(5))
@@ -64,6 +71,10 @@ impl FileNames {
                 paths.push(PathBuf::from(path));
             }
         }
+        self.remember(pid, paths);
+    }
+
+    fn remember(&mut self, pid: u32, paths: Vec<PathBuf>) {
         for path in paths {
             if !path.is_absolute() {
                 continue;

@@ -180,6 +180,25 @@ pub fn tgid(tid: u32) -> Option<u32> {
         .ok()
 }
 
+/// Whether `pid` sees files where this process does: the same mount namespace and root.
+/// Its files can then be opened by the paths its maps list, rather than through
+/// `/proc/PID/root`, which names the same file differently for every process (and so
+/// defeats any cache keyed by path).
+pub fn shares_our_files(pid: u32) -> bool {
+    let ns = |p: &str| std::fs::read_link(format!("/proc/{p}/ns/mnt")).ok();
+    let root = |p: &str| {
+        use std::os::unix::fs::MetadataExt as _;
+        std::fs::metadata(format!("/proc/{p}/root"))
+            .ok()
+            .map(|m| (m.dev(), m.ino()))
+    };
+    let pid = pid.to_string();
+    ns(&pid).is_some()
+        && ns(&pid) == ns("self")
+        && root(&pid).is_some()
+        && root(&pid) == root("self")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -60,10 +60,20 @@ struct Process {
     threads: HashMap<u32, u64>,
     /// Scans in a row that could not read the thread list.
     failures: u32,
+    /// The process's TIDs at the last walk of its thread list, the scans since, and the
+    /// scans left to walk it on every one (after its threads changed).
+    tids: HashSet<u32>,
+    quiet_scans: u32,
+    eager_scans: u32,
 }
 
 /// Failed scans of a process's threads before a warning (scans come every 200 ms).
 const SCANS_BEFORE_WARNING: u32 = 5;
+
+/// Scans between two walks of a process's thread list while its threads stay the same. A
+/// thread's state can still move (a thread that leaves Python and comes back through
+/// `PyGILState_Ensure` gets a new one), so it is walked again now and then.
+const QUIET_SCANS: u32 = 5;
 
 /// The code object at `addr` in process `p` (`pid`), read on first sight and kept, None if it
 /// could not be read.
@@ -92,6 +102,9 @@ pub struct Python {
     names: HashMap<(u32, u64, u64), String>,
     warned: HashSet<String>,
     elves: interpreter::ElfCache,
+    /// Threads handed to the kernel for processes that exec'ed or exited: taken out of its
+    /// tables at the next scan (PID, TIDs).
+    stale: Vec<(u32, Vec<u32>)>,
     pub stats: PythonStats,
 }
 
@@ -106,6 +119,7 @@ impl Python {
     /// Finds `pid`'s interpreter if not yet known (when given its maps' text, `/proc/PID/maps`),
     /// then brings the kernel's view of its threads up to date.
     pub fn scan(&mut self, ebpf: &mut aya::Ebpf, pid: u32, maps: Option<&str>) {
+        self.drop_stale(ebpf);
         if self.skipped.contains(&pid) {
             return;
         }
@@ -121,12 +135,25 @@ impl Python {
         let Some(p) = self.procs.get_mut(&pid) else {
             return;
         };
+        if tids.is_empty() {
+            log::debug!("python: PID {pid} is gone");
+            self.retire(pid);
+            self.drop_stale(ebpf);
+            return;
+        }
+        // A new thread gets its state a little after it starts: it is walked for on every
+        // scan for a while.
+        if tids != p.tids {
+            p.eager_scans = QUIET_SCANS;
+        }
+        if maps.is_none() && p.eager_scans == 0 && p.quiet_scans < QUIET_SCANS {
+            p.quiet_scans += 1;
+            return;
+        }
+        p.eager_scans = p.eager_scans.saturating_sub(1);
+        p.quiet_scans = 0;
         let states = match p.interp.threads(&p.mem, &tids) {
             Ok(states) => states,
-            Err(e) if tids.is_empty() => {
-                log::debug!("python: PID {pid} is gone: {e}");
-                return;
-            }
             // Right after exec the loader maps the library's segments one at a time: the
             // data may not be there yet at the first scans.
             Err(_) if p.failures < SCANS_BEFORE_WARNING => {
@@ -149,6 +176,7 @@ impl Python {
             return;
         };
         p.failures = 0;
+        p.tids = tids;
         let now: HashMap<u32, u64> = states.into_iter().collect();
         for (tid, tstate) in &now {
             if p.threads.get(tid) != Some(tstate) {
@@ -161,6 +189,41 @@ impl Python {
             }
         }
         p.threads = now;
+    }
+
+    /// Stops following `pid`'s interpreter; its kernel entries go at the next scan.
+    fn retire(&mut self, pid: u32) {
+        if let Some(p) = self.procs.remove(&pid) {
+            self.stale.push((pid, p.threads.into_keys().collect()));
+        }
+    }
+
+    /// Takes the retired processes' entries out of the kernel's tables, so that they do not
+    /// fill up over a long run (a DataLoader forks new workers every epoch), and a process
+    /// that exec'ed a program that is not Python is not walked as if it were.
+    fn drop_stale(&mut self, ebpf: &mut aya::Ebpf) {
+        if self.stale.is_empty() {
+            return;
+        }
+        let stale = std::mem::take(&mut self.stale);
+        if let Some(Ok(mut threads)) = ebpf
+            .map_mut("PY_THREADS")
+            .map(BpfHashMap::<_, u32, u64>::try_from)
+        {
+            for tid in stale.iter().flat_map(|(_, tids)| tids) {
+                let _ = threads.remove(tid);
+            }
+        }
+        if let Some(Ok(mut procs)) = ebpf
+            .map_mut("PY_PROCS")
+            .map(BpfHashMap::<_, u32, PyProcess>::try_from)
+        {
+            for (pid, _) in &stale {
+                if !self.procs.contains_key(pid) {
+                    let _ = procs.remove(pid);
+                }
+            }
+        }
     }
 
     /// Looks for an interpreter in `pid`; true if one was found and handed to the kernel.
@@ -221,6 +284,9 @@ impl Python {
                 mem,
                 threads: HashMap::new(),
                 failures: 0,
+                tids: HashSet::new(),
+                quiet_scans: 0,
+                eager_scans: 0,
             },
         );
         true
@@ -228,7 +294,7 @@ impl Python {
 
     /// A process exec'ed: whatever was known of its interpreter is stale.
     pub fn forget(&mut self, pid: u32) {
-        self.procs.remove(&pid);
+        self.retire(pid);
         self.skipped.remove(&pid);
         self.codes.retain(|(p, _), _| *p != pid);
         self.names.retain(|(p, _, _), _| *p != pid);

@@ -174,11 +174,16 @@ impl ObjectInfo {
 /// One process's mapped objects, as framehop sees them.
 struct ProcessObjects {
     unwinder: UnwinderX86_64<Section>,
+    /// framehop's cache of unwind rules by address, per process: with one for all, the
+    /// workers of a job evicted each other's rules.
+    cache: Box<CacheX86_64>,
     code: Vec<Range<u64>>,
     /// The kernel's return-probe trampoline page (`[uprobes]`), once a return probe fired.
     trampoline: Option<Range<u64>>,
     /// Pages of return addresses still in no object after the maps were read again.
     unmapped_pages: HashSet<u64>,
+    /// The mappings that are not executable: a return address there is a wrong guess.
+    data: Vec<Range<u64>>,
     read_at: Instant,
 }
 
@@ -187,11 +192,16 @@ impl ProcessObjects {
         self.code.iter().any(|r| r.contains(&addr))
             || self.trampoline.as_ref().is_some_and(|t| t.contains(&addr))
     }
+
+    /// Whether `addr` cannot be code (x86-64 user space ends at 2^47).
+    fn never_code(&self, addr: u64) -> bool {
+        addr >= 1 << 47 || self.data.iter().any(|r| r.contains(&addr))
+    }
 }
 
-/// A process's maps are read again when a walk meets a return address in none of its known
-/// objects, but no more often than this (or `REREAD_SOON` for an address not met before).
-const REREAD_AFTER: Duration = Duration::from_millis(500);
+/// A process's maps are read again when a walk meets a return address in a page none of its
+/// known objects covered at the last read, no more often than this. A page already looked
+/// for is not looked for again until the process maps new code ([`Dwarf::new_code`]).
 const REREAD_SOON: Duration = Duration::from_millis(20);
 
 /// The DWARF unwinder's state across samples.
@@ -200,7 +210,6 @@ pub struct Dwarf {
     processes: HashMap<u32, ProcessObjects>,
     /// Object files by (device, inode); `None`: unreadable, warned about once.
     objects: HashMap<(u64, u64), Option<Arc<ObjectInfo>>>,
-    cache: CacheX86_64,
     /// Named problems, each once: an object with no unwind information or that could not
     /// be read, a process gone before its maps were read.
     pub warnings: Vec<String>,
@@ -260,7 +269,12 @@ impl Dwarf {
         let mut unwinder = UnwinderX86_64::new();
         let mut code = Vec::new();
         let mut trampoline = None;
+        let mut data = Vec::new();
         for m in maps {
+            if !m.perms.contains(procfs::process::MMPermissions::EXECUTE) {
+                data.push(m.address.0..m.address.1);
+                continue;
+            }
             let path = match &m.pathname {
                 procfs::process::MMapPath::Path(path) => path,
                 procfs::process::MMapPath::Other(name) if name == "uprobes" => {
@@ -269,9 +283,6 @@ impl Dwarf {
                 }
                 _ => continue,
             };
-            if !m.perms.contains(procfs::process::MMPermissions::EXECUTE) {
-                continue;
-            }
             let path = path.to_string_lossy().into_owned();
             let (major, minor) = m.dev;
             let dev = (u64::from(major as u32) << 32) | u64::from(minor as u32);
@@ -287,9 +298,11 @@ impl Dwarf {
         }
         Some(ProcessObjects {
             unwinder,
+            cache: Box::new(CacheX86_64::new()),
             code,
             trampoline,
             unmapped_pages: HashSet::new(),
+            data,
             read_at: Instant::now(),
         })
     }
@@ -310,18 +323,20 @@ impl Dwarf {
         // The first frame in no known object is a real return address (the ones past it are
         // frame-pointer guesses): into a library loaded since the maps were read, or the
         // return-probe trampoline, mapped at the first probe's return. A new such page is
-        // looked up at once, at most every `REREAD_SOON`.
+        // looked up at once, at most every `REREAD_SOON`; a garbage return address (the
+        // frame-pointer guesses past a real end) would otherwise read the maps every time.
         let process = &self.processes[&pid];
         let Some(page) = frames
             .iter()
             .find(|&&a| !process.covers(a))
+            .filter(|&&a| !process.never_code(a))
             .map(|a| a >> 12)
         else {
             return (frames, quality);
         };
         let since = process.read_at.elapsed();
         let new_page = !process.unmapped_pages.contains(&page);
-        if (since >= REREAD_AFTER || (new_page && since >= REREAD_SOON)) && self.reread(pid) {
+        if new_page && since >= REREAD_SOON && self.reread(pid) {
             let (frames, quality) = self.walk(pid, copy);
             let process = self.processes.get_mut(&pid).expect("just read");
             if !process.covers(page << 12) {
@@ -347,7 +362,9 @@ impl Dwarf {
     }
 
     fn walk(&mut self, pid: u32, copy: &StackCopy<'_>) -> (Vec<u64>, Quality) {
-        let process = &self.processes[&pid];
+        let Some(process) = self.processes.get_mut(&pid) else {
+            return (Vec::new(), Quality::Failed);
+        };
         let (sp, bytes) = (copy.sp, copy.bytes);
         let trampoline = process.trampoline.clone().unwrap_or(0..0);
         let mut read_stack = |addr: u64| -> Result<u64, ()> {
@@ -367,7 +384,7 @@ impl Dwarf {
         let mut frames = process.unwinder.iter_frames(
             copy.ip,
             UnwindRegsX86_64::new(copy.ip, copy.sp, copy.bp),
-            &mut self.cache,
+            &mut process.cache,
             &mut read_stack,
         );
         let mut out = Vec::new();
@@ -382,6 +399,13 @@ impl Dwarf {
             }
         };
         (out, quality)
+    }
+
+    /// `pid` mapped new code: the pages it was looked for in before are looked in again.
+    pub fn new_code(&mut self, pid: u32) {
+        if let Some(p) = self.processes.get_mut(&pid) {
+            p.unmapped_pages.clear();
+        }
     }
 
     /// Forgets a process's objects (it exec'ed, or exited).

@@ -58,6 +58,8 @@ pub trait Unwinder: Send {
     fn unwind<'a>(&mut self, stack: &RawStack<'a>, namer: &mut Namer) -> Unwound<'a>;
     /// A process exec'ed: what was known of its mappings is stale.
     fn forget(&mut self, _pid: u32) {}
+    /// A process mapped new code: an address that lay in no mapping may lie in one now.
+    fn new_code(&mut self, _pid: u32) {}
     /// Named problems met so far (an object without unwind information, ...), each once.
     fn warnings(&self) -> &[String] {
         &[]
@@ -143,6 +145,10 @@ impl Unwinder for Cfi {
 
     fn forget(&mut self, pid: u32) {
         self.dwarf.forget(pid);
+    }
+
+    fn new_code(&mut self, pid: u32) {
+        self.dwarf.new_code(pid);
     }
 
     fn warnings(&self) -> &[String] {

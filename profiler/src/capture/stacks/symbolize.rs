@@ -1,7 +1,7 @@
 //! Turns raw stack addresses into interned, named stacks as samples arrive, while the
 //! sampled process still exists: a recording must stay readable after every process in it
 //! has exited, so names, not addresses, go into the file.
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use blazesym::{
     Addr, Pid,
@@ -16,28 +16,64 @@ struct Mapping {
     range: std::ops::Range<u64>,
     offset: u64,
     path: std::path::PathBuf,
+    /// The file's (device major, minor, inode).
+    file: (i32, i32, u64),
 }
 
-/// A process's executable file mappings, or none if they cannot be read.
-fn executable_mappings(pid: u32) -> Option<Vec<Mapping>> {
+/// A process's executable mappings, as its maps listed them.
+#[derive(Default)]
+struct Mappings {
+    files: Vec<Mapping>,
+    /// The others: the vDSO, JIT code (which a perf map may name).
+    others: Vec<std::ops::Range<u64>>,
+    /// Every mapping that is not executable (data, heap, stacks).
+    data: Vec<std::ops::Range<u64>>,
+}
+
+/// The lowest address user space cannot have on x86-64 (47-bit address spaces).
+const USER_END: Addr = 1 << 47;
+
+impl Mappings {
+    fn file(&self, a: Addr) -> Option<usize> {
+        self.files.iter().position(|m| m.range.contains(&a))
+    }
+
+    fn contains(&self, a: Addr) -> bool {
+        self.file(a).is_some() || self.others.iter().any(|r| r.contains(&a))
+    }
+
+    /// Whether `a` cannot be code: in a mapping that is not executable, or past the end of
+    /// user space. The guesses of a frame-pointer walk through code built without them
+    /// land there, and are not worth reading the maps again for.
+    fn never_code(&self, a: Addr) -> bool {
+        a >= USER_END || self.data.iter().any(|r| r.contains(&a))
+    }
+}
+
+/// A process's executable mappings, or none if they cannot be read.
+fn executable_mappings(pid: u32) -> Option<Mappings> {
     use procfs::process::{MMPermissions, MMapPath};
     let maps = procfs::process::Process::new(pid as i32)
         .ok()?
         .maps()
         .ok()?;
-    Some(
-        maps.into_iter()
-            .filter(|m| m.perms.contains(MMPermissions::EXECUTE))
-            .filter_map(|m| match m.pathname {
-                MMapPath::Path(path) => Some(Mapping {
-                    range: m.address.0..m.address.1,
-                    offset: m.offset,
-                    path,
-                }),
-                _ => None,
-            })
-            .collect(),
-    )
+    let mut out = Mappings::default();
+    for m in maps {
+        if !m.perms.contains(MMPermissions::EXECUTE) {
+            out.data.push(m.address.0..m.address.1);
+            continue;
+        }
+        match m.pathname {
+            MMapPath::Path(path) => out.files.push(Mapping {
+                range: m.address.0..m.address.1,
+                offset: m.offset,
+                path,
+                file: (m.dev.0, m.dev.1, m.inode),
+            }),
+            _ => out.others.push(m.address.0..m.address.1),
+        }
+    }
+    Some(out)
 }
 
 /// Interns stacks: the same frames get the same id, and only new stacks are reported.
@@ -62,13 +98,25 @@ pub struct Namer {
     symbolizer: Symbolizer,
     /// (pid, address) -> name; pid 0 holds kernel addresses.
     cache: HashMap<(u32, u64), String>,
+    /// (file, offset) -> name: the DataLoader workers a job forks run the same code at the
+    /// same offsets of the same files, and each is named once for all.
+    by_offset: HashMap<((i32, i32, u64), u64), String>,
+    /// Whether each process sees files where the recorder does.
+    shares_our_files: HashMap<u32, bool>,
     /// Each named process's executable mappings, read while it lived: its stacks are named
     /// a few milliseconds after they were taken, and a process that exited in between (a
     /// DataLoader worker at the end of an epoch) is named from its files instead.
-    mappings: HashMap<u32, Vec<Mapping>>,
+    mappings: HashMap<u32, Mappings>,
     /// When each process's mappings were last read.
     mappings_read: HashMap<u32, std::time::Instant>,
+    /// Per process, the pages of addresses in none of its executable mappings when they were
+    /// last read (a stray return address): they do not make it read them again, and nothing
+    /// can name them.
+    unmapped: HashMap<u32, HashSet<u64>>,
 }
+
+/// Pages remembered as unmapped per process, at most: past that, they are forgotten.
+const UNMAPPED_PAGES: usize = 4096;
 
 /// The shortest wait between two reads of a process's mappings for addresses in none of
 /// them (JIT code, the vDSO, a stray return address).
@@ -79,8 +127,11 @@ impl Default for Namer {
         Self {
             symbolizer: Symbolizer::new(),
             cache: HashMap::new(),
+            by_offset: HashMap::new(),
+            shares_our_files: HashMap::new(),
             mappings: HashMap::new(),
             mappings_read: HashMap::new(),
+            unmapped: HashMap::new(),
         }
     }
 }
@@ -129,6 +180,14 @@ impl Namer {
         missing.dedup();
         if !kernel && !missing.is_empty() {
             missing = self.names_from_files(pid, &missing);
+            // blazesym would read the whole maps again to find nothing there.
+            missing.retain(|&a| {
+                let nowhere = self.unmapped(pid, a);
+                if nowhere {
+                    self.cache.insert((pid, a), "[unknown]".to_string());
+                }
+                !nowhere
+            });
         }
         if !missing.is_empty() {
             let src = if kernel {
@@ -172,10 +231,12 @@ impl Namer {
     /// Keeps `pid`'s mappings, read again when one of `addrs` lies in none of them (a
     /// library loaded since), at most every [`MAPPINGS_REREAD`].
     fn remember_mappings(&mut self, pid: u32, addrs: &[Addr]) {
+        let page = |a: &Addr| a >> 12;
+        let unmapped = self.unmapped.entry(pid).or_default();
         let known = self.mappings.get(&pid).is_some_and(|maps| {
             addrs
                 .iter()
-                .all(|a| maps.iter().any(|m| m.range.contains(a)))
+                .all(|a| maps.contains(*a) || maps.never_code(*a) || unmapped.contains(&page(a)))
         });
         let now = std::time::Instant::now();
         let recent = self
@@ -186,9 +247,27 @@ impl Namer {
             && !recent
             && let Some(maps) = executable_mappings(pid)
         {
+            if unmapped.len() > UNMAPPED_PAGES {
+                unmapped.clear();
+            }
+            unmapped.extend(addrs.iter().filter(|a| !maps.contains(**a)).map(page));
             self.mappings.insert(pid, maps);
             self.mappings_read.insert(pid, now);
         }
+    }
+
+    /// Whether `addr` of `pid` cannot be named: it is no code, or lay in no executable
+    /// mapping when they were last read.
+    fn unmapped(&self, pid: u32, addr: Addr) -> bool {
+        let Some(maps) = self.mappings.get(&pid) else {
+            return false;
+        };
+        !maps.contains(addr)
+            && (maps.never_code(addr)
+                || self
+                    .unmapped
+                    .get(&pid)
+                    .is_some_and(|pages| pages.contains(&(addr >> 12))))
     }
 
     /// Names the addresses of `pid` that lie in its known file mappings from the mapped
@@ -203,19 +282,29 @@ impl Namer {
         let mut rest = Vec::new();
         let mut by_file: HashMap<usize, Vec<(Addr, u64)>> = HashMap::new();
         for &a in addrs {
-            match maps.iter().position(|m| m.range.contains(&a)) {
-                Some(i) => by_file
-                    .entry(i)
-                    .or_default()
-                    .push((a, a - maps[i].range.start + maps[i].offset)),
+            match maps.file(a) {
+                Some(i) => {
+                    let m = &maps.files[i];
+                    let offset = a - m.range.start + m.offset;
+                    match self.by_offset.get(&(m.file, offset)) {
+                        Some(name) => {
+                            self.cache.insert((pid, a), name.clone());
+                        }
+                        None => by_file.entry(i).or_default().push((a, offset)),
+                    }
+                }
                 None => rest.push(a),
             }
         }
         let alive = std::path::Path::new(&format!("/proc/{pid}")).exists();
+        let ours = *self
+            .shares_our_files
+            .entry(pid)
+            .or_insert_with(|| crate::capture::proc::target::shares_our_files(pid));
         for (i, found) in by_file {
-            let m = &maps[i];
+            let m = &maps.files[i];
             // The file as the process sees it: through its root, for one in a container.
-            let path = if alive {
+            let path = if alive && !ours {
                 std::path::Path::new(&format!("/proc/{pid}/root"))
                     .join(m.path.strip_prefix("/").unwrap_or(&m.path))
             } else {
@@ -227,11 +316,12 @@ impl Namer {
                 rest.extend(found.iter().map(|f| f.0));
                 continue;
             };
-            for ((addr, _), sym) in found.iter().zip(named.iter()) {
+            for ((addr, offset), sym) in found.iter().zip(named.iter()) {
                 let name = match sym {
                     Symbolized::Sym(sym) => sym.name.to_string(),
                     _ => "[unknown]".to_string(),
                 };
+                self.by_offset.insert((m.file, *offset), name.clone());
                 self.cache.insert((pid, *addr), name);
             }
         }
@@ -243,6 +333,7 @@ impl Namer {
         let m = self
             .mappings
             .get(&pid)?
+            .files
             .iter()
             .find(|m| m.range.contains(&addr))?;
         let offset = addr - m.range.start + m.offset;
@@ -313,11 +404,18 @@ impl Namer {
         self.names(pid, &[0, addr], false).pop().unwrap_or_default()
     }
 
+    /// `pid` mapped new code: addresses that lay in none of its mappings are looked up again.
+    pub fn new_code(&mut self, pid: u32) {
+        self.unmapped.remove(&pid);
+    }
+
     /// Forgets a process's user addresses (after exec its mappings changed).
     pub fn forget(&mut self, pid: u32) {
         self.cache.retain(|(p, _), _| *p != pid);
         self.mappings.remove(&pid);
         self.mappings_read.remove(&pid);
+        self.unmapped.remove(&pid);
+        self.shares_our_files.remove(&pid);
     }
 }
 
@@ -347,9 +445,9 @@ mod tests {
     /// Where `addr` of this process lies in `pid`, which maps the same file.
     fn same_place_in(pid: u32, addr: u64) -> u64 {
         let ours = executable_mappings(std::process::id()).unwrap();
-        let m = ours.iter().find(|m| m.range.contains(&addr)).unwrap();
+        let m = &ours.files[ours.file(addr).unwrap()];
         let theirs = executable_mappings(pid).unwrap();
-        let t = theirs.iter().find(|t| t.path == m.path).unwrap();
+        let t = theirs.files.iter().find(|t| t.path == m.path).unwrap();
         addr - m.range.start + m.offset - t.offset + t.range.start
     }
 
@@ -365,6 +463,7 @@ mod tests {
         let mut tries = 0;
         while executable_mappings(pid).is_none_or(|maps| {
             !maps
+                .files
                 .iter()
                 .any(|m| m.path.to_string_lossy().contains("libc"))
         }) {
