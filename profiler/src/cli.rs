@@ -135,9 +135,10 @@ pub struct RecordArgs {
     /// Do not put uprobes on the CUDA and NCCL libraries the targets map.
     #[arg(long)]
     pub no_cuda_probes: bool,
-    /// Percent of each second the kernel-launch probes are on (100: always). A uprobe costs
-    /// microseconds per hit (6 µs on our test VM), so launch counts are sampled in short
-    /// on-periods and scaled: at 1%, a job launching 140k kernels/s loses under 1% to them.
+    /// Percent of the time the kernel-launch probes are on (100: always), in one on-period
+    /// every 4 s. A uprobe costs microseconds per hit (6 to 12 µs on our test VM), so launch
+    /// counts are sampled in short on-periods and scaled: at 1%, a job launching 140k
+    /// kernels/s loses about 2% to them.
     #[arg(long, value_name = "PCT", default_value_t = 1, value_parser = clap::value_parser!(u32).range(0..=100))]
     pub launch_duty: u32,
     /// Most threads of the target's tree tracked at once (112 bytes of kernel memory each).
