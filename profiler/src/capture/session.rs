@@ -182,9 +182,10 @@ impl Session {
     /// check and finding a Python interpreter. A torch process maps hundreds of files, and
     /// the kernel's formatting of them was most of the recorder's time: the maps are read
     /// when the process's loader said it loaded or unloaded a library (`changed`), and
-    /// otherwise less and less often while they stay the same. The open files are listed when the process's threads
-    /// missed the page cache since the last listing: those are the files the report names.
-    /// Python threads are looked at on every scan.
+    /// otherwise less and less often while they stay the same. The open files are listed
+    /// when the process's threads missed the page cache since the last listing: those are
+    /// the files the report names. Python threads are looked at on every scan (their list
+    /// is walked again when it changed).
     fn scan_process(&mut self, pid: u32, scan: u64, changed: bool) -> anyhow::Result<()> {
         let misses: u64 = self
             .last
