@@ -2,7 +2,8 @@
 //! machine has (pyenv's 3.8 to 3.13 and Debian's python3) runs `tests/pyjob/threads.py`,
 //! whose threads burn, sleep and sync in known functions at marked lines. Each thread's
 //! samples must show those functions with their lines, in place of the interpreter loop's
-//! frames, and the CUDA sync must name the Python line that made it.
+//! frames, and the CUDA sync must name the Python line that made it. A Python process that
+//! execs another program must leave the kernel's Python tables.
 #[allow(
     dead_code,
     reason = "each test binary uses its own part of the shared helpers"
@@ -265,4 +266,86 @@ fn every_interpreter_shows_its_threads_python_frames() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The keys of the kernel map `name` (u32 keys: PIDs or TIDs), from bpftool.
+fn kernel_keys(name: &str) -> Vec<u32> {
+    let out = Command::new("bpftool")
+        .args(["-j", "map", "dump", "name", name])
+        .output()
+        .expect("bpftool is installed by `cargo xtask setup`");
+    assert!(
+        out.status.success(),
+        "bpftool map dump {name} failed: {out:?}"
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    v.as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| match &e["key"] {
+            Value::Number(n) => n.as_u64().map(|k| k as u32),
+            // Without BTF: the key's bytes as hex strings, little-endian.
+            Value::Array(bytes) => {
+                let b: Vec<u8> = bytes
+                    .iter()
+                    .filter_map(|h| {
+                        u8::from_str_radix(h.as_str()?.trim_start_matches("0x"), 16).ok()
+                    })
+                    .collect();
+                Some(u32::from_le_bytes(b.get(..4)?.try_into().ok()?))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// Polls until `done` holds, for at most `within`; whether it did.
+fn eventually(within: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let end = std::time::Instant::now() + within;
+    while std::time::Instant::now() < end {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    done()
+}
+
+#[test]
+fn a_python_process_that_execs_leaves_the_kernels_tables() {
+    let _serial = serial();
+    let dir = Scratch::new("python-exec");
+    // Python, then (after `exec` on stdout) a program that is not Python, in the same PID.
+    let script = "import os, sys, time\n\
+                  print(f'ready pid={os.getpid()}', flush=True)\n\
+                  time.sleep(float(sys.argv[1]))\n\
+                  print('exec', flush=True)\n\
+                  os.execv('/bin/sleep', ['sleep', sys.argv[2]])\n";
+    let job = Spawned::start(Command::new("/usr/bin/python3").args(["-c", script, "3", "4"]));
+    let line = job
+        .wait_stdout(Duration::from_secs(30), |l| l.starts_with("ready pid="))
+        .unwrap_or_else(|| panic!("no ready line; stderr:\n{}", job.stderr_so_far()));
+    let pid: u32 = line
+        .trim_start_matches("ready pid=")
+        .trim()
+        .parse()
+        .unwrap();
+    let rec = common::stallscope::start_record(&[pid], "7s", &dir.join("x.rec"), &["--no-gpu"]);
+    common::stallscope::wait_tracing(&rec);
+    assert!(
+        eventually(Duration::from_secs(10), || kernel_keys("PY_PROCS")
+            .contains(&pid)
+            && kernel_keys("PY_THREADS").contains(&pid)),
+        "the Python process {pid} never reached the kernel's tables"
+    );
+    job.wait_stdout(Duration::from_secs(30), |l| l == "exec")
+        .expect("the job never exec'ed");
+    assert!(
+        eventually(Duration::from_secs(10), || !kernel_keys("PY_PROCS")
+            .contains(&pid)
+            && !kernel_keys("PY_THREADS").contains(&pid)),
+        "PID {pid} exec'ed /bin/sleep but is still in the kernel's Python tables"
+    );
+    let f = rec.finish(RECORD_TIMEOUT);
+    assert_success(&f, "record across the exec");
 }
