@@ -206,8 +206,6 @@ impl Session {
         }
         let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
         let digest = code_digest(&maps);
-        // After an exec the loader may be another one, or none.
-        self.dlopen.forget(pid);
         let longest = if self.dlopen.scan(&mut self.ebpf, pid, &maps) {
             WATCHED_MAPS_SCANS_AT_MOST_EVERY
         } else {

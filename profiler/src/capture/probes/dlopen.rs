@@ -4,11 +4,7 @@
 //! short timer. A process whose loader is not probed (a static binary, a loader without the
 //! symbol) keeps the timer. Like the CUDA probes, it is one probe per file, for every process
 //! that maps it: one that is not traced pays a trap per `dlopen`, which is rare.
-use std::{
-    collections::{HashMap, HashSet},
-    os::unix::fs::MetadataExt as _,
-    path::PathBuf,
-};
+use std::{collections::HashMap, os::unix::fs::MetadataExt as _, path::PathBuf};
 
 use aya::{
     Ebpf,
@@ -31,17 +27,13 @@ fn is_loader(name: &str) -> bool {
 pub struct DlopenWatch {
     /// Loader files already looked at, by (st_dev, st_ino): probed or not.
     files: HashMap<(u64, u64), bool>,
-    /// The processes whose loader is probed.
-    watched: HashSet<u32>,
     links: Vec<UProbeLink>,
 }
 
 impl DlopenWatch {
     /// Probes the loader `pid` maps (from its `maps`), once per file; true if it is probed.
+    /// Asked at every read of the maps: after an exec the loader may be another one, or none.
     pub fn scan(&mut self, ebpf: &mut Ebpf, pid: u32, maps: &str) -> bool {
-        if self.watched.contains(&pid) {
-            return true;
-        }
         let Some(path) = maps
             .lines()
             .filter_map(|l| l.split_whitespace().nth(5))
@@ -54,28 +46,22 @@ impl DlopenWatch {
             return false;
         };
         let key = (meta.dev(), meta.ino());
-        let probed = match self.files.get(&key) {
-            Some(&probed) => probed,
-            None => {
-                let probed = match self.attach(ebpf, &in_ns) {
-                    Ok(link) => {
-                        self.links.push(link);
-                        true
-                    }
-                    Err(e) => {
-                        log::info!(
-                            "{path} (PID {pid}) not probed at {SYMBOL}: {e}; its maps are read on a timer"
-                        );
-                        false
-                    }
-                };
-                self.files.insert(key, probed);
-                probed
+        if let Some(&probed) = self.files.get(&key) {
+            return probed;
+        }
+        let probed = match self.attach(ebpf, &in_ns) {
+            Ok(link) => {
+                self.links.push(link);
+                true
+            }
+            Err(e) => {
+                log::info!(
+                    "{path} (PID {pid}) not probed at {SYMBOL}: {e}; its maps are read on a timer"
+                );
+                false
             }
         };
-        if probed {
-            self.watched.insert(pid);
-        }
+        self.files.insert(key, probed);
         probed
     }
 
@@ -97,11 +83,6 @@ impl DlopenWatch {
             UProbeScope::AllProcesses,
         )?;
         Ok(prog.take_link(id)?)
-    }
-
-    /// A process exec'ed: its new loader is looked for again.
-    pub fn forget(&mut self, pid: u32) {
-        self.watched.remove(&pid);
     }
 
     /// The probes, for removal with the others (each waits for a grace period).

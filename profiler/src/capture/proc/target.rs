@@ -193,10 +193,11 @@ pub fn shares_our_files(pid: u32) -> bool {
             .map(|m| (m.dev(), m.ino()))
     };
     let pid = pid.to_string();
-    ns(&pid).is_some()
-        && ns(&pid) == ns("self")
-        && root(&pid).is_some()
-        && root(&pid) == root("self")
+    let (their_ns, their_root) = (ns(&pid), root(&pid));
+    their_ns.is_some()
+        && their_ns == ns("self")
+        && their_root.is_some()
+        && their_root == root("self")
 }
 
 #[cfg(test)]

@@ -193,9 +193,10 @@ impl ProcessObjects {
             || self.trampoline.as_ref().is_some_and(|t| t.contains(&addr))
     }
 
-    /// Whether `addr` cannot be code (x86-64 user space ends at 2^47).
+    /// Whether `addr` cannot be code: in a mapping that is not executable, or past the end
+    /// of user space.
     fn never_code(&self, addr: u64) -> bool {
-        addr >= 1 << 47 || self.data.iter().any(|r| r.contains(&addr))
+        addr >= super::symbolize::USER_END || self.data.iter().any(|r| r.contains(&addr))
     }
 }
 

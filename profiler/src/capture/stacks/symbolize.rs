@@ -31,7 +31,7 @@ struct Mappings {
 }
 
 /// The lowest address user space cannot have on x86-64 (47-bit address spaces).
-const USER_END: Addr = 1 << 47;
+pub const USER_END: Addr = 1 << 47;
 
 impl Mappings {
     fn file(&self, a: Addr) -> Option<usize> {
