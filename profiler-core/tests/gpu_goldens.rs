@@ -12,9 +12,11 @@ use profiler_core::attribution::Cause;
 use profiler_core::report::{json::to_json_value, text::to_text};
 use profiler_core::{Analyzed, load_reader};
 
-/// Each recording, and the cause stallgen's scenario injects (for `nccl-straggler`, the slow
-/// rank's own cause).
-const SCENARIOS: [(&str, Cause); 8] = [
+/// Each recording, and the cause stallgen's scenario injects (for the ranked ones, the slow
+/// rank's own cause). `nccl-straggler` was recorded with the simulated NCCL's waits idle and
+/// no GPM (two ranks); `nccl-straggler-ddp` and `gpu-straggler` with DDP-form steps, waits
+/// busy as on hardware, and GPM (four ranks).
+const SCENARIOS: [(&str, Cause); 10] = [
     ("dataloader-cpu", Cause::DataloaderCpu),
     ("disk", Cause::Disk),
     ("cpu-contention", Cause::CpuContention),
@@ -23,7 +25,14 @@ const SCENARIOS: [(&str, Cause); 8] = [
     ("pcie-degraded", Cause::Pcie),
     ("launch-bound", Cause::LaunchOverhead),
     ("nccl-straggler", Cause::Disk),
+    ("nccl-straggler-ddp", Cause::Disk),
+    ("gpu-straggler", Cause::GpuThrottled),
 ];
+
+/// Recordings of several ranks, checked by their own tests.
+fn ranked(scenario: &str) -> bool {
+    scenario.contains("straggler")
+}
 
 fn path(scenario: &str) -> PathBuf {
     [
@@ -64,7 +73,7 @@ fn golden_reports() {
 #[test]
 fn every_scenario_gets_its_cause() {
     for (scenario, cause) in SCENARIOS {
-        if scenario == "nccl-straggler" {
+        if ranked(scenario) {
             continue;
         }
         let a = analyzed(scenario);
@@ -143,4 +152,78 @@ fn the_two_ranks_name_the_straggler_and_its_own_cause() {
                     .nccl_wait_share,
         "{ranks:?}"
     );
+}
+
+/// The DDP-form straggler with waits busy to NVML: every waiting rank's GPU reads busy, yet
+/// most of its time is waiting, told by GPM, and labelled `nccl_wait`; the straggler is named
+/// with its own cause; the throttled one with `gpu_throttled`.
+#[test]
+fn ranks_waiting_busy_to_nvml_are_found_by_gpm() {
+    for (scenario, cause) in [
+        ("nccl-straggler-ddp", Cause::Disk),
+        ("gpu-straggler", Cause::GpuThrottled),
+    ] {
+        let a = analyzed(scenario);
+        let report = a.report();
+        let straggler = report.ranks.straggler.as_ref().expect("a straggler");
+        assert_eq!(straggler.own_cause, Some(cause), "{}", straggler.text);
+        let attr = a.attribution.as_ref().expect("attributed");
+        assert_eq!(attr.gpus.len(), 4, "{scenario}");
+        assert_eq!(attr.verdict.cause, Some(Cause::NcclWait), "{scenario}");
+        let slow_gpu = report
+            .ranks
+            .ranks
+            .iter()
+            .find(|r| r.pid == straggler.pid)
+            .and_then(|r| r.gpu);
+        for g in attr.gpus.iter().filter(|g| Some(g.gpu) != slow_gpu) {
+            let w = g.waiting.as_ref().expect("waiting judged");
+            assert_eq!(
+                w.signal,
+                profiler_core::attribution::WaitingSignal::Gpm,
+                "{scenario}"
+            );
+            assert!(
+                g.busy_ns as f64 >= 0.9 * g.observed_ns as f64,
+                "{scenario} GPU {}: {} of {} busy",
+                g.gpu,
+                g.busy_ns,
+                g.observed_ns
+            );
+            assert!(
+                g.waiting_ns as f64 >= 0.5 * g.observed_ns as f64,
+                "{scenario} GPU {}: waited {} of {}",
+                g.gpu,
+                g.waiting_ns,
+                g.observed_ns
+            );
+            let lost = g.waiting_ns + g.idle_ns;
+            let nccl = g.lost_by_cause.get(&Cause::NcclWait).copied().unwrap_or(0);
+            assert!(
+                nccl as f64 >= 0.8 * lost as f64,
+                "{scenario} GPU {}: {:?}",
+                g.gpu,
+                g.lost_by_cause
+            );
+        }
+        // The slow rank queues every matched collective last. When its host is slow, by about
+        // what the others wait; when its GPU is, only by its GPU work after the last
+        // collective of a step (the optimizer kernel, three times slower): a small part of it.
+        let arrivals = &report.ranks.arrivals[0];
+        let slow = report
+            .ranks
+            .ranks
+            .iter()
+            .find(|r| r.pid == straggler.pid)
+            .unwrap();
+        assert!(
+            slow.arrived_last.unwrap_or(0) as f64 >= 0.9 * arrivals.matched as f64,
+            "{scenario}: {arrivals:?}"
+        );
+        let late_ms = arrivals.median_late_ns as f64 / 1e6;
+        match cause {
+            Cause::Disk => assert!(late_ms >= 100.0, "{scenario}: {arrivals:?}"),
+            _ => assert!(late_ms <= 30.0, "{scenario}: {arrivals:?}"),
+        }
+    }
 }

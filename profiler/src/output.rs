@@ -8,6 +8,7 @@ use std::{
 };
 
 use anyhow::Context as _;
+use profiler_core::attribution::{attribute_with, waiting::Calibration};
 use profiler_core::{
     Analysis, Folded, JobReport, LoadInfo, Report, analysis::timed_events::TimedEvents,
     attribution::Attribution, attribution::Cause, load_reader, report::flamegraph as folded,
@@ -39,11 +40,22 @@ pub fn render_many(recordings: &[PathBuf], out: &OutputArgs) -> anyhow::Result<(
     if let [one] = recordings {
         return render(one, out);
     }
+    let mut folded_all = Vec::new();
+    for r in recordings {
+        folded_all.push((r, load(r)?));
+    }
+    // Waiting is told from work by SM activity over the whole job's GPUs: a host whose GPUs
+    // all waited is judged against the straggler's.
+    let calibration = profiler_core::attribution::waiting::calibration(
+        &folded_all
+            .iter()
+            .map(|(_, (f, _))| &f.analysis)
+            .collect::<Vec<_>>(),
+    );
     let mut loaded = Vec::new();
     let mut drawn = Ok(());
-    for r in recordings {
-        let (folded, load) = load(r)?;
-        let (analysis, attribution, paths) = attribute_and_draw(folded, r, out);
+    for (r, (folded, load)) in folded_all {
+        let (analysis, attribution, paths) = attribute_and_draw(folded, r, out, &calibration);
         match paths {
             Ok(paths) => {
                 for p in paths {
@@ -89,7 +101,8 @@ fn flamegraph_place(recording: &Path, out: &OutputArgs) -> (PathBuf, String) {
 /// be written (a full disk); the error, naming the file, comes after it.
 pub fn render(recording: &Path, out: &OutputArgs) -> anyhow::Result<()> {
     let (folded, load) = load(recording)?;
-    let (analysis, attribution, drawn) = attribute_and_draw(folded, recording, out);
+    let calibration = profiler_core::attribution::waiting::calibration(&[&folded.analysis]);
+    let (analysis, attribution, drawn) = attribute_and_draw(folded, recording, out, &calibration);
     let report = Report::new(&analysis, attribution.as_ref(), &load);
     let stdout = std::io::stdout();
     let mut stdout = stdout.lock();
@@ -112,19 +125,20 @@ fn attribute_and_draw(
     folded: Folded,
     recording: &Path,
     out: &OutputArgs,
+    calibration: &Calibration,
 ) -> (Analysis, Option<Attribution>, anyhow::Result<Vec<PathBuf>>) {
     let Folded { analysis, timed } = folded;
     let (dir, stem) = flamegraph_place(recording, out);
     if out.no_flamegraphs {
-        let attribution = profiler_core::attribution::attribute(&analysis, &timed);
+        let attribution = attribute_with(&analysis, &timed, calibration);
         return (analysis, attribution, Ok(Vec::new()));
     }
     if let Err(e) = std::fs::create_dir_all(&dir) {
-        let attribution = profiler_core::attribution::attribute(&analysis, &timed);
+        let attribution = attribute_with(&analysis, &timed, calibration);
         let e = Err(e).with_context(|| format!("cannot create {}", dir.display()));
         return (analysis, attribution, e);
     }
-    let (attribution, written) = draw_while_attributing(&analysis, timed, &dir, &stem);
+    let (attribution, written) = draw_while_attributing(&analysis, timed, &dir, &stem, calibration);
     (analysis, attribution, written)
 }
 
@@ -149,6 +163,7 @@ fn draw_while_attributing(
     timed: TimedEvents,
     dir: &Path,
     stem: &str,
+    calibration: &Calibration,
 ) -> (Option<Attribution>, anyhow::Result<Vec<PathBuf>>) {
     let a = analysis;
     let (tx, rx) = std::sync::mpsc::channel::<(usize, Graph<'_>)>();
@@ -199,7 +214,7 @@ fn draw_while_attributing(
                 .name("flamegraph".into())
                 .spawn_scoped(scope, draw);
         }
-        let attribution = profiler_core::attribution::attribute(a, &timed);
+        let attribution = attribute_with(a, &timed, calibration);
         let causes: Vec<folded::CauseStacks> = Cause::ALL
             .iter()
             .map(|&cause| folded::cause_stacks(&timed, attribution.as_ref(), cause))

@@ -38,6 +38,17 @@ fn run(scenario: &str, job_secs: u32, record_secs: u32) -> Run {
 
 /// As [`run`], with more stallgen arguments.
 fn run_with(scenario: &str, extra: &[&str], job_secs: u32, record_secs: u32) -> Run {
+    run_env(scenario, extra, &[], job_secs, record_secs)
+}
+
+/// As [`run_with`], with environment variables for the recorder (which loads NVML).
+fn run_env(
+    scenario: &str,
+    extra: &[&str],
+    recorder_env: &[(&str, &str)],
+    job_secs: u32,
+    record_secs: u32,
+) -> Run {
     let sim = Sim::new(scenario);
     let dir = Scratch::new(scenario);
     let truth_path = dir.join("truth.jsonl");
@@ -77,6 +88,7 @@ fn run_with(scenario: &str, extra: &[&str], job_secs: u32, record_secs: u32) -> 
     let f = Spawned::start(
         command()
             .env("STALLSCOPE_SIMGPU_STATE", &sim.state)
+            .envs(recorder_env.iter().copied())
             .args(["record", "--json", "-d", &format!("{record_secs}s"), "-o"])
             .arg(dir.join("x.rec"))
             .args(["--pid", &pid.to_string(), "--nvml-lib"])
@@ -307,30 +319,104 @@ fn tiny_kernels_launched_back_to_back_are_labelled_launch_overhead() {
     assert_labelled("launch-bound", "launch_overhead");
 }
 
-#[test]
-fn the_nccl_straggler_is_named_and_the_others_wait_for_it() {
+/// Runs a ranked stallgen job (DDP-form steps) and checks it with `check`, allowing one more
+/// run as the single scenarios do.
+fn ranked(
+    scenario: &str,
+    extra: &[&str],
+    recorder_env: &[(&str, &str)],
+    check: fn(&Run) -> Result<(), String>,
+) {
     let _serial = serial();
-    let mut r = run("nccl-straggler", 10, 6);
-    if let Err(first) = straggler_found(&r) {
-        stallscope_tests::reruns::note("nccl-straggler", &first);
-        r = run("nccl-straggler", 10, 6);
+    let name = format!("{scenario}{}", extra.join(""));
+    let mut r = run_env(scenario, extra, recorder_env, 10, 6);
+    if let Err(first) = check(&r) {
+        stallscope_tests::reruns::note(&name, &first);
+        r = run_env(scenario, extra, recorder_env, 10, 6);
     }
-    if let Err(e) = straggler_found(&r) {
+    if let Err(e) = check(&r) {
         panic!("{e}");
     }
 }
 
-/// Each healthy rank's GPU idles ≥ 90% in `nccl_wait`, and the slow rank is named with its own
-/// cause.
-fn straggler_found(r: &Run) -> Result<(), String> {
-    let truth_of = |cause: &str| -> Vec<u64> {
+#[test]
+fn the_nccl_straggler_is_named_and_the_others_wait_for_it() {
+    ranked("nccl-straggler", &["--ranks", "4"], &[], |r| {
+        straggler_found(r, "disk", "gpm")
+    });
+}
+
+#[test]
+fn eight_ranks_wait_for_their_straggler() {
+    ranked("nccl-straggler", &["--ranks", "8"], &[], |r| {
+        straggler_found(r, "disk", "gpm")
+    });
+}
+
+#[test]
+fn without_gpm_the_other_ranks_gpus_show_the_wait() {
+    ranked(
+        "nccl-straggler",
+        &["--ranks", "4"],
+        &[("STALLSCOPE_SIMGPU_GPM", "0")],
+        |r| straggler_found(r, "disk", "peers"),
+    );
+}
+
+#[test]
+fn a_straggler_slowed_by_its_throttled_gpu_is_named_gpu_throttled() {
+    ranked("gpu-straggler", &["--ranks", "4"], &[], |r| {
+        straggler_found(r, "gpu_throttled", "gpm")
+    });
+}
+
+#[test]
+fn healthy_ranks_do_not_wait() {
+    ranked("healthy", &["--ranks", "4"], &[], |r| {
+        let gpus = r.report["gpus"].as_array().unwrap();
+        if gpus.len() != 4 {
+            return Err(format!("four ranks, four GPUs: {gpus:?}"));
+        }
+        for g in gpus {
+            let waiting = g["waiting_ns"].as_u64().unwrap() as f64
+                / g["observed_ns"].as_u64().unwrap() as f64;
+            if waiting > 0.05 {
+                return Err(format!(
+                    "GPU {} of a healthy job waited {:.1}% of the time: {}",
+                    g["index"],
+                    waiting * 100.0,
+                    g["waiting"]
+                ));
+            }
+        }
+        if r.report["verdict"]["cause"] == "nccl_wait" {
+            return Err(format!("verdict: {}", r.report["verdict"]));
+        }
+        Ok(())
+    });
+}
+
+/// The truth lines of one rank.
+fn truth_of_rank(r: &Run, pid: u64) -> Vec<Value> {
+    r.truth
+        .iter()
+        .filter(|t| t["pid"].as_u64() == Some(pid))
+        .cloned()
+        .collect()
+}
+
+/// Each waiting rank's GPU reads ≥ 90% busy to NVML, as on hardware, and still has ≥ 80% of
+/// its lost time (waiting plus idle) labelled `nccl_wait`, with its waiting near what its truth
+/// leaves of NVML's busy time, found by `signal`; the slow rank is named with `slow_cause`.
+fn straggler_found(r: &Run, slow_cause: &str, signal: &str) -> Result<(), String> {
+    let ranks_with = |cause: &str| -> Vec<u64> {
         r.truth
             .iter()
             .filter(|t| t["cause"] == cause && t["rank"].is_u64())
             .map(|t| t["pid"].as_u64().unwrap())
             .collect()
     };
-    let (waiting, slow) = (truth_of("nccl_wait"), truth_of("disk"));
+    let (waiting, slow) = (ranks_with("nccl_wait"), ranks_with(slow_cause));
     if waiting.is_empty() || slow.len() != 1 {
         return Err(format!("stallgen's truth names no ranks: {:?}", r.truth));
     }
@@ -346,29 +432,63 @@ fn straggler_found(r: &Run) -> Result<(), String> {
                     .any(|p| p == pid)
             })
             .ok_or_else(|| format!("no GPU lists rank PID {pid}: {gpus:?}"))?;
-        let rank_truth: Vec<Value> = r
-            .truth
-            .iter()
-            .filter(|t| t["pid"].as_u64() == Some(*pid))
-            .cloned()
-            .collect();
-        let share = explained_share(g, "nccl_wait", in_doubt_allowance_ns(&rank_truth))
-            .map_err(|e| format!("rank PID {pid}: {e}"))?;
-        if share < 0.9 {
+        let ns = |k: &str| g[k].as_u64().unwrap_or(0) as f64;
+        let observed = ns("observed_ns").max(1.0);
+        let busy = ns("busy_ns") / observed;
+        if busy < 0.9 {
             return Err(format!(
-                "rank PID {pid}: {:.1}% of its GPU's explained idle time is nccl_wait, want at \
-                 least 90%: {}",
+                "rank PID {pid}: NVML read its GPU {:.1}% busy; a waiting NCCL kernel is busy: {g}",
+                busy * 100.0
+            ));
+        }
+        if g["waiting"]["signal"] != signal {
+            return Err(format!(
+                "rank PID {pid}: waiting told by {}, want {signal}",
+                g["waiting"]
+            ));
+        }
+        let rank_truth = truth_of_rank(r, *pid);
+        // Its own kernels' share of the time; the rest of NVML's busy time waited.
+        let work = 1.0 - truth_idle(&rank_truth)?;
+        let expected = busy - work;
+        let waited = ns("waiting_ns") / observed;
+        if (waited - expected).abs() > 0.15 {
+            return Err(format!(
+                "rank PID {pid}: waiting {:.1}% of the time, NVML busy {:.1}% less its own                  kernels' {:.1}% says {:.1}%: {}",
+                waited * 100.0,
+                busy * 100.0,
+                work * 100.0,
+                expected * 100.0,
+                g["waiting"]
+            ));
+        }
+        let unknown = g["lost_by_cause"]["unknown"].as_u64().unwrap_or(0);
+        let allowance = in_doubt_allowance_ns(&rank_truth);
+        if unknown > allowance {
+            return Err(format!(
+                "rank PID {pid}: {unknown} ns unknown, more than {allowance}: {}",
+                g["lost_by_cause"]
+            ));
+        }
+        let lost = (ns("waiting_ns") + ns("idle_ns") - unknown as f64).max(1.0);
+        let share = g["lost_by_cause"]["nccl_wait"].as_u64().unwrap_or(0) as f64 / lost;
+        if share < 0.8 {
+            return Err(format!(
+                "rank PID {pid}: {:.1}% of its GPU's waiting and idle time is nccl_wait, want                  at least 80%: {}",
                 share * 100.0,
-                g["idle_by_cause"]
+                g["lost_by_cause"]
             ));
         }
     }
     let s = &r.report["ranks"]["straggler"];
-    if s["pid"].as_u64() != Some(slow[0]) || s["own_cause"] != "disk" {
+    if s["pid"].as_u64() != Some(slow[0]) || s["own_cause"] != slow_cause {
         return Err(format!(
-            "the straggler should be PID {} (disk): {}",
+            "the straggler should be PID {} ({slow_cause}): {}",
             slow[0], r.report["ranks"]
         ));
+    }
+    if r.report["verdict"]["cause"] != "nccl_wait" {
+        return Err(format!("verdict: {}", r.report["verdict"]));
     }
     Ok(())
 }

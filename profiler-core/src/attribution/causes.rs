@@ -20,6 +20,9 @@ pub enum Cause {
     Pcie,
     NcclWait,
     LaunchOverhead,
+    /// A straggler rank whose GPU ran with its clocks held down: named for a rank, never for
+    /// a window (a throttled GPU is busy; the ranks waiting for it lose the time).
+    GpuThrottled,
     /// Nothing traced explains the idle time; see the stall's `reason`.
     Unknown,
 }
@@ -38,6 +41,8 @@ pub enum Signal {
     PcieLink,
     /// Kernel launch counts from the launch probes.
     LaunchCounts,
+    /// NVML's clocks and clock-event (throttle) reasons.
+    GpuClocks,
 }
 
 /// Whose threads speak for a cause.
@@ -103,7 +108,7 @@ pub struct CauseSpec {
     pub score: Option<fn(&Shares) -> f64>,
 }
 
-pub const CAUSES: [CauseSpec; 9] = [
+pub const CAUSES: [CauseSpec; 10] = [
     CauseSpec {
         cause: Cause::DataloaderCpu,
         name: "dataloader_cpu",
@@ -193,7 +198,7 @@ pub const CAUSES: [CauseSpec; 9] = [
         name: "nccl_wait",
         description: "the feeder waits in a sync on an NCCL collective: another rank is late",
         fix: "fix the slow rank's own cause (see ranks); then NCCL_DEBUG=INFO and nvidia-smi topo -m for the links between GPUs",
-        score_doc: "feeder time in syncs whose stream has an NCCL collective outstanding, beyond the busy part (probes)",
+        score_doc: "feeder time in syncs whose stream has an NCCL collective outstanding (directly or through events), beyond the working part; plus all waiting time (busy to NVML, waiting by GPM or the other ranks' GPUs)",
         evidence_doc: "the syncs and their callers, the collectives enqueued (op, bytes); the straggler rank",
         needs: &[Signal::Scheduler, Signal::CudaProbes],
         speakers: Speakers::Feeder,
@@ -215,6 +220,20 @@ pub const CAUSES: [CauseSpec; 9] = [
         stacks: Stacks::OnCpu,
         cuda: CudaEvidenceKind::Launches,
         score: Some(|s| if s.launch_bound { s.own_work } else { 0.0 }),
+    },
+    CauseSpec {
+        cause: Cause::GpuThrottled,
+        name: "gpu_throttled",
+        description: "a straggler rank's GPU held its clocks down (thermal, power or hardware slowdown), so the other ranks waited for it",
+        fix: "check cooling and power (nvidia-smi -q -d TEMPERATURE,PERFORMANCE,POWER,CLOCK): clean the heatsink, fix the airflow, check the power supply; compare Current and Max Clocks",
+        score_doc: "not a window's cause: the straggler, when its GPU reported a slowdown reason (hardware, thermal, power brake; or the power cap with its SM clock ≥ 10% below the other ranks') in ≥ 30% of its busy GPU state samples (NVML)",
+        evidence_doc: "the reasons, the share of samples they held, the SM clock against the other ranks'",
+        needs: &[Signal::GpuClocks],
+        speakers: Speakers::Feeder,
+        metric: Metric::InCuda,
+        stacks: Stacks::OnCpu,
+        cuda: CudaEvidenceKind::None,
+        score: None,
     },
     CauseSpec {
         cause: Cause::Unknown,
@@ -324,11 +343,11 @@ mod tests {
     }
 
     #[test]
-    fn only_unknown_has_no_score_and_every_scored_cause_needs_the_scheduler() {
+    fn only_unknown_and_rank_causes_have_no_score_and_every_scored_cause_needs_the_scheduler() {
         for spec in &CAUSES {
             assert_eq!(
                 spec.score.is_none(),
-                spec.cause == Cause::Unknown,
+                matches!(spec.cause, Cause::Unknown | Cause::GpuThrottled),
                 "{}",
                 spec.name
             );

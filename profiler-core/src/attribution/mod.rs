@@ -12,6 +12,7 @@ mod link;
 pub mod ranks;
 mod roles;
 mod rules;
+pub mod waiting;
 mod window;
 
 use std::collections::BTreeMap;
@@ -26,6 +27,7 @@ pub use causes::{
 pub use evidence::{Evidence, StackEvidence, ThreadEvidence};
 pub use roles::Roles;
 pub use rules::{Label, label_window};
+pub use waiting::{GpuWaiting, WaitingSignal};
 pub use window::HostWindow;
 
 /// One stretch of mostly-idle GPU time with a single cause.
@@ -36,6 +38,8 @@ pub struct Stall {
     pub end_ns: u64,
     /// Idle time inside the stall (sample-weighted), ns.
     pub idle_ns: u64,
+    /// Time NVML counted busy while the GPU only waited in collectives, ns.
+    pub waiting_ns: u64,
     pub cause: Cause,
     /// For `unknown`: why no cause was chosen.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -48,6 +52,7 @@ pub struct Stall {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct CauseEvidence {
     pub cause: Cause,
+    /// Idle plus waiting time it took.
     pub idle_ns: u64,
     /// The windows (utilization sample periods) it labelled.
     pub windows: usize,
@@ -63,7 +68,7 @@ pub struct SecondLabel {
     pub cause: Option<Cause>,
     /// Time in that second covered by utilization samples.
     pub observed_ns: u64,
-    /// Its idle time by cause: what `diff` resamples to measure a run's own noise.
+    /// Its idle and waiting time by cause: what `diff` resamples to measure a run's own noise.
     pub idle_by_cause: BTreeMap<Cause, u64>,
 }
 
@@ -72,15 +77,23 @@ pub struct GpuAttribution {
     pub gpu: u32,
     /// Time covered by utilization samples.
     pub observed_ns: u64,
+    /// Busy in NVML's sense (a kernel resident), waiting included.
     pub busy_ns: u64,
+    /// The part of `busy_ns` where the GPU only waited in collectives (see [`waiting`]).
+    pub waiting_ns: u64,
     pub idle_ns: u64,
     pub idle_by_cause: BTreeMap<Cause, u64>,
+    /// Idle plus waiting time by cause: the GPU time each cause lost.
+    pub lost_by_cause: BTreeMap<Cause, u64>,
+    /// How waiting was told from work.
+    pub waiting: Option<GpuWaiting>,
     /// Each cause that took idle time, with its evidence, the most idle time first.
     pub causes: Vec<CauseEvidence>,
     /// The longest stalls first.
     pub stalls: Vec<Stall>,
     pub seconds: Vec<SecondLabel>,
-    /// Window-level labels, in time order: (start, end, idle, cause); for flamegraphs per cause.
+    /// Window-level labels, in time order: (start, end, idle + waiting, cause); for
+    /// flamegraphs per cause.
     #[serde(skip)]
     pub windows: Vec<(u64, u64, u64, Cause)>,
 }
@@ -122,17 +135,31 @@ pub const BEFORE_PROBES: &str = "before the CUDA probes saw the feeder's first c
 /// Labels every GPU's idle time; `None` when the recording has no GPU samples. `timed` is
 /// the recording's (see [`crate::analysis::fold::Folded`]).
 pub fn attribute(a: &Analysis, timed: &TimedEvents) -> Option<Attribution> {
+    attribute_with(a, timed, &waiting::calibration(&[a]))
+}
+
+/// As [`attribute`], with waiting told from work by a calibration over the whole job (see
+/// [`waiting::calibration`]).
+pub fn attribute_with(
+    a: &Analysis,
+    timed: &TimedEvents,
+    calibration: &waiting::Calibration,
+) -> Option<Attribution> {
     if a.gpus.values().all(|g| g.samples.is_empty()) {
         return None;
     }
     let roles = Roles::from_analysis(a);
     let index = window::TimelineIndex::new(&a.timeline);
     let waits = crate::cuda::WaitIndex::new(&a.cuda.waits);
+    let mut waiting = waiting::derive(a, calibration);
     let gpus: Vec<GpuAttribution> = a
         .gpus
         .values()
         .filter(|g| !g.samples.is_empty())
-        .map(|g| attribute_gpu(a, timed, &Roles::for_gpu(a, g), &index, &waits, g))
+        .map(|g| {
+            let w = waiting.remove(&g.info.index);
+            attribute_gpu(a, timed, &Roles::for_gpu(a, g), &index, &waits, g, w)
+        })
         .collect();
     let verdict = verdict(&gpus);
     Some(Attribution {
@@ -149,6 +176,7 @@ fn attribute_gpu(
     index: &window::TimelineIndex,
     waits: &crate::cuda::WaitIndex,
     g: &crate::analysis::model::GpuTimeline,
+    waiting: Option<GpuWaiting>,
 ) -> GpuAttribution {
     // Until the probes see the feeder's first CUDA call, its time in CUDA calls is not
     // measured (the probes go on a moment into a recording, and a call already in progress
@@ -179,14 +207,22 @@ fn attribute_gpu(
         .first()
         .zip(a.timeline.last())
         .map(|(first, last)| (first.start_ns, last.end_ns));
-    for s in &g.samples {
+    for (i, s) in g.samples.iter().enumerate() {
         let (start, end) = (s.start_ns(), s.ts_ns);
         if covered.is_some_and(|(from, to)| end > to || start < from) {
             continue;
         }
         let idle = s.idle_ns();
+        let busy = f64::from(s.util_pct.min(100)) / 100.0;
+        let waiting_fraction = waiting
+            .as_ref()
+            .and_then(|w| w.fractions.get(i))
+            .map_or(0.0, |f| f.clamp(0.0, busy));
+        let waited = (waiting_fraction * s.period_ns as f64) as u64;
+        let lost = idle + waited;
         out.observed_ns += s.period_ns;
         out.idle_ns += idle;
+        out.waiting_ns += waited;
         let mut host = index.window(&a.timeline, roles, start, end);
         host.launch_bound = launch_rate >= rules::LAUNCH_BOUND_PER_SEC;
         let feeder_probed = probed_since.is_some_and(|since| start >= since);
@@ -199,21 +235,33 @@ fn attribute_gpu(
             host.link_gbps = link.map(|l| l.current_gbps()).filter(|g| *g > 0.0);
             host.cuda = Some(totals);
         }
-        let mut label = label_window(&host, f64::from(s.util_pct.min(100)) / 100.0);
+        // Waiting is lost time like idle: the rules see only the GPU's real work as busy.
+        let mut label = label_window(&host, busy - waiting_fraction);
         // Only host work is in doubt: the other causes stand on scheduler and IO evidence.
         if label.cause == Cause::HostCompute && probed_since.is_some_and(|since| start < since) {
             label.cause = Cause::Unknown;
             label.reason = Some(BEFORE_PROBES.into());
         }
         *out.idle_by_cause.entry(label.cause).or_default() += idle;
-        out.windows.push((start, end, idle, label.cause));
-        let stalled = s.period_ns > 0 && idle as f64 >= STALL_IDLE_FRACTION * s.period_ns as f64;
+        // Waiting in a collective is nccl_wait whatever the rules made of the idle part.
+        *out.lost_by_cause.entry(label.cause).or_default() += idle;
+        if waited > 0 {
+            *out.lost_by_cause.entry(Cause::NcclWait).or_default() += waited;
+        }
+        let window_cause = if waited > idle {
+            Cause::NcclWait
+        } else {
+            label.cause
+        };
+        out.windows.push((start, end, lost, window_cause));
+        let stalled = s.period_ns > 0 && lost as f64 >= STALL_IDLE_FRACTION * s.period_ns as f64;
         match (&mut open, stalled) {
             (Some(stall), true)
-                if stall.cause == label.cause && stall.end_ns + s.period_ns / 2 >= start =>
+                if stall.cause == window_cause && stall.end_ns + s.period_ns / 2 >= start =>
             {
                 stall.end_ns = end;
                 stall.idle_ns += idle;
+                stall.waiting_ns += waited;
             }
             (_, true) => {
                 if let Some(stall) = open.take() {
@@ -224,8 +272,13 @@ fn attribute_gpu(
                     start_ns: start,
                     end_ns: end,
                     idle_ns: idle,
-                    cause: label.cause,
-                    reason: label.reason,
+                    waiting_ns: waited,
+                    cause: window_cause,
+                    reason: if window_cause == label.cause {
+                        label.reason
+                    } else {
+                        None
+                    },
                     evidence: Evidence::default(),
                 });
             }
@@ -240,7 +293,13 @@ fn attribute_gpu(
         stalls.push(stall);
     }
     out.busy_ns = out.observed_ns - out.idle_ns;
-    stalls.sort_by(|x, y| y.idle_ns.cmp(&x.idle_ns).then(x.start_ns.cmp(&y.start_ns)));
+    out.lost_by_cause.retain(|_, ns| *ns > 0);
+    out.waiting = waiting;
+    stalls.sort_by(|x, y| {
+        (y.idle_ns + y.waiting_ns)
+            .cmp(&(x.idle_ns + x.waiting_ns))
+            .then(x.start_ns.cmp(&y.start_ns))
+    });
     stalls.truncate(MAX_STALLS);
     for stall in &mut stalls {
         let range = [(stall.start_ns, stall.end_ns)];
@@ -357,11 +416,12 @@ fn verdict(gpus: &[GpuAttribution]) -> Verdict {
     let observed: u64 = gpus.iter().map(|g| g.observed_ns).sum();
     let mut by_cause: BTreeMap<Cause, u64> = BTreeMap::new();
     for g in gpus {
-        for (c, ns) in &g.idle_by_cause {
+        for (c, ns) in &g.lost_by_cause {
             *by_cause.entry(*c).or_default() += ns;
         }
     }
     let idle: u64 = by_cause.values().sum();
+    let waiting: u64 = gpus.iter().map(|g| g.waiting_ns).sum();
     let top = by_cause
         .iter()
         .max_by_key(|(c, ns)| (**ns, std::cmp::Reverse(**c)));
@@ -371,6 +431,15 @@ fn verdict(gpus: &[GpuAttribution]) -> Verdict {
         } else {
             ns as f64 / observed as f64
         }
+    };
+    let lost = if share(waiting) >= 0.005 {
+        format!(
+            "idled or waited in collectives {:.0}% of the time ({:.0}% waiting, which NVML counts busy)",
+            share(idle) * 100.0,
+            share(waiting) * 100.0
+        )
+    } else {
+        format!("idled {:.0}% of the time", share(idle) * 100.0)
     };
     match top {
         Some((&cause, &ns)) if share(ns) >= MODERATE_SHARE => {
@@ -384,8 +453,7 @@ fn verdict(gpus: &[GpuAttribution]) -> Verdict {
                 share: share(ns),
                 severity,
                 text: format!(
-                    "{severity}: the GPU idled {:.0}% of the time, {:.0}% of it because of {} ({:.0}% of GPU time). Usual fix: {}.",
-                    share(idle) * 100.0,
+                    "{severity}: the GPU {lost}, {:.0}% of it because of {} ({:.0}% of GPU time). Usual fix: {}.",
                     if idle == 0 {
                         0.0
                     } else {
@@ -402,8 +470,7 @@ fn verdict(gpus: &[GpuAttribution]) -> Verdict {
             share: top.map_or(0.0, |(_, ns)| share(*ns)),
             severity: "none",
             text: format!(
-                "no bottleneck: the GPU idled {:.0}% of the time, no cause above {:.0}% of GPU time.",
-                share(idle) * 100.0,
+                "no bottleneck: the GPU {lost}, no cause above {:.0}% of GPU time.",
                 MODERATE_SHARE * 100.0
             ),
         },

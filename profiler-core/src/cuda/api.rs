@@ -133,6 +133,17 @@ pub enum CudaOp {
     },
     /// Counted, not recorded per call.
     Launch,
+    /// `cuEventRecord`: `event` now stands for everything queued on `stream` so far.
+    EventRecord {
+        event: u64,
+        stream: u64,
+    },
+    /// `cuStreamWaitEvent`: work queued on `stream` from now on waits for `event`'s work
+    /// (how DDP makes the compute stream wait for an all-reduce on the NCCL stream).
+    StreamWaitEvent {
+        stream: u64,
+        event: u64,
+    },
 }
 
 /// How the probes treat a function.
@@ -290,6 +301,18 @@ fn recv(a: &[u64; 7], _: u64) -> CudaOp {
 fn group_end(_: &[u64; 7], _: u64) -> CudaOp {
     CudaOp::GroupEnd
 }
+fn event_record(a: &[u64; 7], _: u64) -> CudaOp {
+    CudaOp::EventRecord {
+        event: a[0],
+        stream: a[1],
+    }
+}
+fn stream_wait_event(a: &[u64; 7], _: u64) -> CudaOp {
+    CudaOp::StreamWaitEvent {
+        stream: a[0],
+        event: a[1],
+    }
+}
 fn comm_init(a: &[u64; 7], out: u64) -> CudaOp {
     CudaOp::CommInit {
         comm: out,
@@ -363,6 +386,18 @@ pub static APIS: &[Api] = &[
     api("ncclRecv", N, T, false, recv),
     api("ncclGroupEnd", N, T, false, group_end),
     api("ncclCommInitRank", N, O, false, comm_init),
+    api("cuEventRecord", D, T, false, event_record),
+    api("cuEventRecord_ptsz", D, T, true, event_record),
+    api("cuEventRecordWithFlags", D, T, true, event_record),
+    api("cuEventRecordWithFlags_ptsz", D, T, true, event_record),
+    api("cuStreamWaitEvent", D, T, false, stream_wait_event),
+    api("cuStreamWaitEvent_ptsz", D, T, true, stream_wait_event),
+    api("cudaEventRecord", R, T, false, event_record),
+    api("cudaEventRecord_ptsz", R, T, true, event_record),
+    api("cudaEventRecordWithFlags", R, T, true, event_record),
+    api("cudaEventRecordWithFlags_ptsz", R, T, true, event_record),
+    api("cudaStreamWaitEvent", R, T, false, stream_wait_event),
+    api("cudaStreamWaitEvent_ptsz", R, T, true, stream_wait_event),
 ];
 
 /// The table index of `name`.

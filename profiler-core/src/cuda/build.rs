@@ -7,9 +7,11 @@
 //! the copy engine (as well as for kernels queued behind it); otherwise it waits for kernels.
 //! Copies from pageable memory stage through a bounce buffer inside the call, so the call is
 //! a wait too, as is a synchronous copy.
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
-use super::view::{CudaView, HostWait, LaunchStats, ProbedLibrary, RankInfo, WaitKind};
+use super::view::{
+    CollectiveSpan, CudaView, HostWait, LaunchStats, ProbedLibrary, RankInfo, WaitKind,
+};
 use super::{CopyDir, CudaOp, SyncScope};
 use crate::recording::record::CudaCall;
 
@@ -35,13 +37,109 @@ enum Queued {
         bytes: u64,
         call_ns: u64,
     },
-    Collective,
+    /// Index into the collective spans.
+    Collective(usize),
 }
 
 /// An asynchronous copy call this short did not stage its bytes through a bounce buffer...
 const NO_STAGING_NS: u64 = 200_000;
 /// ...when it moved at least this much (staging a small copy is quick too).
 const NO_STAGING_MIN_BYTES: u64 = 4 << 20;
+/// A stream's list of queued items is pruned of completed ones past this length (a stream
+/// that is never synced itself, like DDP's NCCL stream, would otherwise grow forever).
+const PRUNE_AT: usize = 64;
+
+/// The work queued in each process since it was last waited for: per stream, and what each
+/// event stands for. Items are shared: an event copies a stream's items, a stream that waits
+/// on the event takes them on, and a sync anywhere completes them everywhere.
+#[derive(Default)]
+struct Queues {
+    items: Vec<(Queued, bool)>,
+    streams: HashMap<(u32, u64), Vec<usize>>,
+    events: HashMap<(u32, u64), Vec<usize>>,
+}
+
+impl Queues {
+    fn push(&mut self, key: (u32, u64), q: Queued) {
+        self.items.push((q, false));
+        let id = self.items.len() - 1;
+        let list = self.streams.entry(key).or_default();
+        list.push(id);
+        if list.len() > PRUNE_AT {
+            let items = &self.items;
+            list.retain(|&i| !items[i].1);
+        }
+    }
+
+    fn pending(&self, ids: &[usize]) -> Vec<usize> {
+        ids.iter().copied().filter(|&i| !self.items[i].1).collect()
+    }
+
+    fn record_event(&mut self, pid: u32, event: u64, stream: u64) {
+        let ids = self
+            .streams
+            .get(&(pid, stream))
+            .map(|l| self.pending(l))
+            .unwrap_or_default();
+        self.events.insert((pid, event), ids);
+    }
+
+    fn wait_event(&mut self, pid: u32, stream: u64, event: u64) {
+        let Some(ids) = self.events.get(&(pid, event)).map(|l| self.pending(l)) else {
+            return;
+        };
+        let list = self.streams.entry((pid, stream)).or_default();
+        for id in ids {
+            if !list.contains(&id) {
+                list.push(id);
+            }
+        }
+    }
+
+    /// Takes the pending items of `ids` as completed.
+    fn complete(&mut self, ids: impl IntoIterator<Item = usize>) -> Vec<Queued> {
+        let mut out = Vec::new();
+        for id in ids {
+            let item = &mut self.items[id];
+            if !item.1 {
+                item.1 = true;
+                out.push(item.0);
+            }
+        }
+        out
+    }
+
+    fn stream(&mut self, pid: u32, stream: u64) -> Vec<Queued> {
+        let ids = self.streams.remove(&(pid, stream)).unwrap_or_default();
+        self.complete(ids)
+    }
+
+    fn all_streams(&mut self, pid: u32) -> Vec<Queued> {
+        let keys: Vec<(u32, u64)> = self
+            .streams
+            .keys()
+            .filter(|k| k.0 == pid)
+            .copied()
+            .collect();
+        let ids: Vec<usize> = keys
+            .into_iter()
+            .flat_map(|k| self.streams.remove(&k).unwrap_or_default())
+            .collect();
+        self.complete(ids)
+    }
+
+    /// Collectives pending on any stream of `pid`.
+    fn collectives_anywhere(&mut self, pid: u32) -> Vec<Queued> {
+        let ids: Vec<usize> = self
+            .streams
+            .iter()
+            .filter(|(k, _)| k.0 == pid)
+            .flat_map(|(_, l)| l.iter().copied())
+            .filter(|&i| matches!(self.items[i].0, Queued::Collective(_)))
+            .collect();
+        self.complete(ids)
+    }
+}
 
 /// Builds the view from the probed calls, in any order.
 pub fn build(
@@ -51,13 +149,28 @@ pub fn build(
     launch_probed_ns: u64,
 ) -> CudaView {
     calls.sort_by_key(|c| (c.start_ns, c.tid));
+    // Processes whose event records and cross-stream waits the probes saw: without them, a
+    // sync cannot tell that its stream waits on the NCCL stream.
+    let with_events: std::collections::BTreeSet<u32> = calls
+        .iter()
+        .filter(|c| {
+            matches!(
+                c.op,
+                CudaOp::EventRecord { .. } | CudaOp::StreamWaitEvent { .. }
+            )
+        })
+        .map(|c| c.pid)
+        .collect();
     let mut pinned: HashMap<u32, Pinned> = HashMap::new();
-    let mut queued: HashMap<(u32, u64), Vec<Queued>> = HashMap::new();
+    let mut queues = Queues::default();
     let mut waits = Vec::new();
     let mut ranks = BTreeMap::new();
+    let mut comm_ids: HashMap<(u32, u64), u64> = HashMap::new();
+    let mut seqs: HashMap<(u32, u64), u64> = HashMap::new();
+    let mut collectives: Vec<CollectiveSpan> = Vec::new();
     let mut copy_bytes: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
-    let mut known_streams: std::collections::HashSet<(u32, u64)> = Default::default();
-    let mut known_pids: std::collections::HashSet<u32> = Default::default();
+    let mut known_streams: HashSet<(u32, u64)> = Default::default();
+    let mut known_pids: HashSet<u32> = Default::default();
     let mut provisional: Vec<(usize, (u32, Option<u64>))> = Vec::new();
     let mut sync_keys: Vec<(usize, (u32, Option<u64>), bool)> = Vec::new();
     for (i, c) in calls.iter().enumerate() {
@@ -124,24 +237,47 @@ pub fn build(
                     waits.push(wait(kind, bytes));
                 }
                 if asynchronous {
-                    queued
-                        .entry((c.pid, stream))
-                        .or_default()
-                        .push(Queued::Copy {
+                    queues.push(
+                        (c.pid, stream),
+                        Queued::Copy {
                             pinned: is_pinned,
                             bytes,
                             call_ns: c.end_ns.saturating_sub(c.start_ns),
-                        });
+                        },
+                    );
                 }
             }
-            CudaOp::Collective { stream, .. } => {
-                queued
-                    .entry((c.pid, stream))
-                    .or_default()
-                    .push(Queued::Collective);
+            CudaOp::Collective {
+                op,
+                bytes,
+                comm,
+                stream,
+                ..
+            } => {
+                let seq = seqs.entry((c.pid, comm)).or_default();
+                collectives.push(CollectiveSpan {
+                    pid: c.pid,
+                    tid: c.tid,
+                    op,
+                    bytes,
+                    comm,
+                    comm_id: comm_ids.get(&(c.pid, comm)).copied(),
+                    seq: *seq,
+                    enqueue_ns: c.start_ns,
+                    done_ns: None,
+                });
+                *seq += 1;
+                queues.push((c.pid, stream), Queued::Collective(collectives.len() - 1));
+            }
+            CudaOp::EventRecord { event, stream } => queues.record_event(c.pid, event, stream),
+            CudaOp::StreamWaitEvent { stream, event } => {
+                queues.wait_event(c.pid, stream, event);
             }
             CudaOp::CommInit {
-                nranks, rank, id, ..
+                nranks,
+                rank,
+                id,
+                comm,
             } if c.status == 0 => {
                 ranks.insert(
                     c.pid,
@@ -151,9 +287,9 @@ pub fn build(
                         comm_id: id,
                     },
                 );
+                comm_ids.insert((c.pid, comm), id);
             }
             CudaOp::Sync { scope, handle } => {
-                let mut outstanding = Vec::new();
                 // Work queued before the probes came is invisible: the first sync on a
                 // stream (or, for context and event syncs, the process's first call) takes
                 // the class of the next sync on it, as training steps repeat.
@@ -169,21 +305,33 @@ pub fn build(
                     provisional.push((waits.len(), key));
                 }
                 sync_keys.push((waits.len(), key, blind));
-                match scope {
+                let events_seen = with_events.contains(&c.pid);
+                let outstanding = match scope {
                     SyncScope::Stream => {
-                        if let Some(q) = queued.remove(&(c.pid, handle)) {
-                            outstanding = q;
+                        let mut q = queues.stream(c.pid, handle);
+                        // Without the event probes, assume what frameworks do: the stream
+                        // waited for would wait for the collectives on the NCCL stream.
+                        if !events_seen {
+                            q.extend(queues.collectives_anywhere(c.pid));
                         }
+                        q
                     }
-                    SyncScope::Event | SyncScope::Context => {
-                        let keys: Vec<(u32, u64)> =
-                            queued.keys().filter(|k| k.0 == c.pid).copied().collect();
-                        for k in keys {
-                            outstanding.extend(queued.remove(&k).unwrap_or_default());
-                        }
+                    SyncScope::Event => match queues.events.get(&(c.pid, handle)).cloned() {
+                        Some(ids) if events_seen => queues.complete(ids),
+                        _ => queues.all_streams(c.pid),
+                    },
+                    SyncScope::Context => queues.all_streams(c.pid),
+                };
+                let end = c.end_ns.max(c.start_ns);
+                for q in &outstanding {
+                    if let Queued::Collective(span) = *q {
+                        collectives[span].done_ns = Some(end);
                     }
                 }
-                let kind = if outstanding.iter().any(|q| matches!(q, Queued::Collective)) {
+                let kind = if outstanding
+                    .iter()
+                    .any(|q| matches!(q, Queued::Collective(_)))
+                {
                     WaitKind::Collective
                 } else if outstanding
                     .iter()
@@ -256,6 +404,8 @@ pub fn build(
         calls,
         waits,
         ranks,
+        collectives,
+        event_deps: with_events,
         env_ranks: BTreeMap::new(),
         launches_by_api: BTreeMap::new(),
         launches,
@@ -446,6 +596,119 @@ mod tests {
         );
         let v = build(vec![ctx, coll], Vec::new(), &BTreeMap::new(), 0);
         assert_eq!(kinds(&v), vec![(5, WaitKind::Collective, 0)]);
+    }
+
+    fn on(start: u64, end: u64, op: CudaOp) -> CudaCall {
+        call(start, end, op)
+    }
+
+    fn all_reduce(t: u64, stream: u64) -> CudaCall {
+        on(
+            t,
+            t + 1,
+            CudaOp::Collective {
+                op: Collective::AllReduce,
+                bytes: 4,
+                comm: 9,
+                stream,
+                peer: None,
+            },
+        )
+    }
+
+    fn stream_sync(start: u64, end: u64, stream: u64) -> CudaCall {
+        on(
+            start,
+            end,
+            CudaOp::Sync {
+                scope: SyncScope::Stream,
+                handle: stream,
+            },
+        )
+    }
+
+    /// DDP: the all-reduce on the NCCL stream (5), its end event, the compute stream (1)
+    /// waiting on it, and `.item()` syncing the compute stream.
+    fn ddp_step(t: u64, events: bool) -> Vec<CudaCall> {
+        let mut v = vec![all_reduce(t, 5)];
+        if events {
+            v.push(on(
+                t + 2,
+                t + 3,
+                CudaOp::EventRecord {
+                    event: 0xe0,
+                    stream: 5,
+                },
+            ));
+            v.push(on(
+                t + 4,
+                t + 5,
+                CudaOp::StreamWaitEvent {
+                    stream: 1,
+                    event: 0xe0,
+                },
+            ));
+        }
+        v.push(stream_sync(t + 10, t + 90, 1));
+        v
+    }
+
+    #[test]
+    fn a_sync_on_the_compute_stream_waits_for_the_collective_through_its_event() {
+        let mut calls = vec![stream_sync(0, 1, 1)];
+        calls.extend(ddp_step(100, true));
+        calls.extend(ddp_step(200, true));
+        // A step whose end event was recorded before the all-reduce: the sync waits for
+        // kernels only.
+        calls.push(on(
+            300,
+            301,
+            CudaOp::EventRecord {
+                event: 0xe0,
+                stream: 5,
+            },
+        ));
+        calls.push(all_reduce(302, 5));
+        calls.push(on(
+            304,
+            305,
+            CudaOp::StreamWaitEvent {
+                stream: 1,
+                event: 0xe0,
+            },
+        ));
+        calls.push(stream_sync(310, 390, 1));
+        let v = build(calls, Vec::new(), &BTreeMap::new(), 0);
+        let k: Vec<(u64, WaitKind)> = v.waits.iter().map(|w| (w.start_ns, w.kind)).collect();
+        assert_eq!(
+            &k[1..],
+            [
+                (110, WaitKind::Collective),
+                (210, WaitKind::Collective),
+                (310, WaitKind::Kernel)
+            ]
+        );
+        let spans: Vec<(u64, u64, Option<u64>)> = v
+            .collectives
+            .iter()
+            .map(|c| (c.seq, c.enqueue_ns, c.done_ns))
+            .collect();
+        assert_eq!(
+            spans,
+            [(0, 100, Some(190)), (1, 200, Some(290)), (2, 302, None)]
+        );
+        assert!(v.event_deps.contains(&7));
+    }
+
+    #[test]
+    fn without_event_probes_a_stream_sync_takes_the_other_streams_collectives() {
+        let mut calls = Vec::new();
+        calls.extend(ddp_step(100, false));
+        calls.extend(ddp_step(200, false));
+        let v = build(calls, Vec::new(), &BTreeMap::new(), 0);
+        assert!(v.waits.iter().all(|w| w.kind == WaitKind::Collective));
+        assert_eq!(v.collectives[1].done_ns, Some(290));
+        assert!(v.event_deps.is_empty());
     }
 
     #[test]

@@ -13,7 +13,9 @@ mod waits;
 
 pub use build::build;
 pub use launcher_env::rank_from_env;
-pub use view::{CudaView, HostWait, LaunchStats, ProbedLibrary, RankInfo, WaitKind};
+pub use view::{
+    CollectiveSpan, CudaView, HostWait, LaunchStats, ProbedLibrary, RankInfo, WaitKind,
+};
 pub use waits::{WaitIndex, WaitTotals};
 mod summary;
 

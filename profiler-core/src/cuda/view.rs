@@ -63,6 +63,27 @@ pub struct RankInfo {
     pub comm_id: u64,
 }
 
+/// One collective (or send/receive) a rank queued, and when the host learnt it was done.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct CollectiveSpan {
+    pub pid: u32,
+    pub tid: u32,
+    pub op: super::Collective,
+    pub bytes: u64,
+    /// The communicator handle in this process.
+    pub comm: u64,
+    /// The communicator's cross-rank name (the unique id's first 8 bytes), when the probes
+    /// saw its `ncclCommInitRank`.
+    pub comm_id: Option<u64>,
+    /// 0 for the first collective this process queued on `comm` since the probes came.
+    pub seq: u64,
+    /// When the host queued it: the rank's arrival, on the host's clock.
+    pub enqueue_ns: u64,
+    /// The end of the first sync that waited for it (on its stream, through events, or the
+    /// whole context); `None` when no sync the probes saw did.
+    pub done_ns: Option<u64>,
+}
+
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
 pub struct LaunchStats {
     /// Launches counted while the launch probes were on.
@@ -80,6 +101,10 @@ pub struct CudaView {
     pub waits: Vec<HostWait>,
     /// By PID, from `ncclCommInitRank`.
     pub ranks: BTreeMap<u32, RankInfo>,
+    /// Every collective queued, in enqueue order.
+    pub collectives: Vec<CollectiveSpan>,
+    /// Processes whose event records and cross-stream waits the probes saw.
+    pub event_deps: std::collections::BTreeSet<u32>,
     /// By PID, from the launcher's environment variables (`comm_id` 0).
     pub env_ranks: BTreeMap<u32, RankInfo>,
     /// By PID.

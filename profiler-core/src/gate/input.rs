@@ -160,7 +160,13 @@ impl Run {
                     .to_owned(),
                 observed_ns: u64_at(g, "observed_ns", file, &what)?,
                 busy_ns: u64_at(g, "busy_ns", file, &what)?,
-                idle_by_cause: by_cause(g, "idle_by_cause", file, &what)?,
+                // Idle plus the time NVML counted busy while the GPU only waited in
+                // collectives, where the report has it (older reports have idle only).
+                idle_by_cause: if g.get("lost_by_cause").is_some() {
+                    by_cause(g, "lost_by_cause", file, &what)?
+                } else {
+                    by_cause(g, "idle_by_cause", file, &what)?
+                },
                 seconds,
                 evidence: g
                     .get("causes")

@@ -4,10 +4,18 @@ use std::path::PathBuf;
 use anyhow::{Result, bail};
 use clap::Parser;
 
-use crate::scenario::{DEFAULT_PHASES, Overrides, Scenario, Schedule};
+use crate::{
+    ddp::{DEFAULT_BUCKETS, MAX_BUCKETS},
+    scenario::{DEFAULT_PHASES, Overrides, Scenario, Schedule},
+};
 
 /// Most ranks: one simulated GPU each.
 pub const MAX_RANKS: usize = 8;
+/// How many times longer the throttled GPU of `gpu-straggler` runs each kernel by default.
+pub const DEFAULT_THROTTLE: f64 = 3.0;
+/// The simulated GPU's throttle setting: `<gpu>:<factor>` items, comma-separated, read by the
+/// process that creates the state file.
+pub use simgpu_state::THROTTLE_ENV;
 
 /// A synthetic PyTorch-style training job with injectable bottlenecks, on a real or
 /// simulated GPU (libcuda.so.1, and libnccl.so.2 with ranks, are found through
@@ -69,15 +77,23 @@ pub struct Cli {
     #[arg(long)]
     pub pin_memory: bool,
     /// Data-parallel rank processes, children of this one, each on its own GPU (rank r on
-    /// device r), all-reducing their gradients with NCCL every step [default: 2 in
-    /// nccl-straggler, else a single process without NCCL].
+    /// device r), all-reducing their gradients with NCCL every step as DDP does [default: 2
+    /// in nccl-straggler and gpu-straggler, else a single process without NCCL].
     #[arg(long)]
     pub ranks: Option<usize>,
     /// The rank that takes the scenario's slow behaviour while the others stay healthy (and
-    /// wait for it in the all-reduce) [default: the last in nccl-straggler, else none: every
-    /// rank runs the scenario].
+    /// wait for it in the all-reduce) [default: the last in nccl-straggler and
+    /// gpu-straggler, else none: every rank runs the scenario].
     #[arg(long)]
     pub slow_rank: Option<usize>,
+    /// Gradient buckets per step, with ranks: each is all-reduced on the NCCL stream as soon
+    /// as its backward kernels are queued, as DDP's buckets are [default: 4].
+    #[arg(long)]
+    pub buckets: Option<usize>,
+    /// How many times longer the slow rank's GPU takes over each kernel in gpu-straggler
+    /// (simulated GPU only) [default: 3].
+    #[arg(long)]
+    pub throttle: Option<f64>,
     /// Write the ground truth (one JSON line per phase, CLOCK_MONOTONIC ns) here.
     #[arg(long)]
     pub truth: Option<PathBuf>,
@@ -99,8 +115,40 @@ pub struct Plan {
     /// Rank processes; `None` runs the job in this process, without NCCL.
     pub ranks: Option<usize>,
     pub slow_rank: Option<usize>,
+    /// Gradient buckets per step (with ranks).
+    pub buckets: usize,
+    /// The GPU to throttle on the simulated machine, when the environment does not say.
+    pub throttle: Option<Throttle>,
     /// Whether the totals line reports kernel launches.
     pub launches: bool,
+}
+
+/// One GPU of the simulated machine that runs each kernel `factor` times longer.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Throttle {
+    pub gpu: usize,
+    pub factor: f64,
+}
+
+impl Throttle {
+    /// The value of [`THROTTLE_ENV`] that asks for it.
+    pub fn setting(&self) -> String {
+        format!("{}:{}", self.gpu, self.factor)
+    }
+
+    /// How many times longer GPU `gpu` runs kernels under `setting` (a value of
+    /// [`THROTTLE_ENV`]): 1 where it says nothing of that GPU, or is one the simulated GPU
+    /// ignores (it ignores the whole setting if any item is bad; the last item for a GPU wins).
+    pub fn factor_of(setting: Option<&str>, gpu: usize) -> f64 {
+        let items = setting.map_or(Ok(Vec::new()), simgpu_state::parse_throttle);
+        items
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|(g, _)| *g as usize == gpu)
+            .map(|(_, f)| f)
+            .next_back()
+            .unwrap_or(1.0)
+    }
 }
 
 impl Cli {
@@ -144,8 +192,27 @@ impl Cli {
             (Some(_), None) => bail!("--slow-rank needs --ranks"),
             (Some(r), Some(n)) if r >= n => bail!("--slow-rank {r} is not one of the {n} ranks"),
             (Some(r), Some(_)) => Some(r),
-            (None, Some(n)) if self.scenario == Scenario::NcclStraggler => Some(n - 1),
+            (None, Some(n)) if self.scenario.has_straggler() => Some(n - 1),
             (None, _) => None,
+        };
+        let buckets = match (self.buckets, ranks) {
+            (Some(_), None) => bail!("--buckets needs --ranks"),
+            (Some(b), Some(_)) if !(1..=MAX_BUCKETS).contains(&b) => {
+                bail!("--buckets must be in 1..={MAX_BUCKETS}")
+            }
+            (b, _) => b.unwrap_or(DEFAULT_BUCKETS),
+        };
+        let throttled = self.scenario == Scenario::GpuStraggler;
+        let throttle = match (self.throttle, throttled) {
+            (Some(_), false) => bail!("--throttle needs --scenario gpu-straggler"),
+            (Some(f), true) if !(f >= 1.0 && f.is_finite()) => {
+                bail!("--throttle must be a finite factor of at least 1")
+            }
+            (f, true) => slow_rank.map(|gpu| Throttle {
+                gpu,
+                factor: f.unwrap_or(DEFAULT_THROTTLE),
+            }),
+            (None, false) => None,
         };
         Ok(Plan {
             batch_bytes: (batch_mb * 1024.0 * 1024.0) as usize,
@@ -153,6 +220,8 @@ impl Cli {
             pcie_link: scenarios.iter().find_map(|s| s.pcie_link()),
             ranks,
             slow_rank,
+            buckets,
+            throttle,
             launches: scenarios.contains(&Scenario::LaunchBound),
         })
     }
@@ -196,6 +265,9 @@ impl Cli {
         }
         if self.phases.contains(&Scenario::Phases) {
             bail!("--phases cannot contain `phases` itself");
+        }
+        if self.phases.contains(&Scenario::GpuStraggler) {
+            bail!("--phases cannot contain gpu-straggler (the GPU is throttled for the whole run)");
         }
         let o = self.overrides();
         let times = [o.transform_ms, o.kernel_ms, o.host_ms, o.disk_ms];
@@ -308,6 +380,60 @@ mod tests {
     }
 
     #[test]
+    fn ranked_runs_take_buckets_and_a_throttled_straggler() {
+        let p = parse("--scenario healthy --ranks 4").plan().unwrap();
+        assert_eq!(
+            (p.ranks, p.slow_rank, p.buckets, p.throttle),
+            (Some(4), None, DEFAULT_BUCKETS, None),
+            "every rank healthy"
+        );
+        let p = parse("--scenario nccl-straggler --ranks 8 --buckets 2")
+            .plan()
+            .unwrap();
+        assert_eq!((p.ranks, p.slow_rank, p.buckets), (Some(8), Some(7), 2));
+        assert_eq!(p.throttle, None, "the disk straggler's GPU is fine");
+        let c = parse("--scenario gpu-straggler");
+        let p = c.plan().unwrap();
+        assert_eq!((p.ranks, p.slow_rank), (Some(2), Some(1)));
+        let t = p.throttle.unwrap();
+        assert_eq!((t.gpu, t.factor), (1, DEFAULT_THROTTLE));
+        assert_eq!(t.setting(), "1:3");
+        let slow = c.rank_schedule(2, &p, 1).unwrap().phases[0];
+        assert_eq!(
+            slow.knobs,
+            Scenario::Healthy.knobs(2, 1),
+            "its host is healthy"
+        );
+        assert_eq!(slow.scenario.cause(), "gpu_throttled");
+        let p = parse("--scenario gpu-straggler --ranks 4 --slow-rank 0 --throttle 5")
+            .plan()
+            .unwrap();
+        assert_eq!(
+            p.throttle,
+            Some(Throttle {
+                gpu: 0,
+                factor: 5.0
+            })
+        );
+    }
+
+    #[test]
+    fn the_throttle_setting_is_read_per_gpu() {
+        assert_eq!(Throttle::factor_of(Some("1:3"), 1), 3.0);
+        assert_eq!(Throttle::factor_of(Some("1:3"), 0), 1.0);
+        assert_eq!(Throttle::factor_of(Some("0:2, 3:4.5"), 3), 4.5);
+        assert_eq!(Throttle::factor_of(None, 0), 1.0);
+        assert_eq!(
+            Throttle::factor_of(Some("1:2,1:4"), 1),
+            4.0,
+            "the last wins"
+        );
+        for junk in ["", "x", "1:", "1:abc", "1:0.5", "1:inf", "1:3,x"] {
+            assert_eq!(Throttle::factor_of(Some(junk), 1), 1.0, "{junk:?}");
+        }
+    }
+
+    #[test]
     fn bad_combinations_are_refused() {
         for args in [
             "--workers 0",
@@ -317,6 +443,7 @@ mod tests {
             "--kernel-ms nan",
             "--cpu-speed 0",
             "--disk-speed=-1",
+            "--scenario phases --phases healthy,gpu-straggler",
         ] {
             assert!(parse(args).schedule(2).is_err(), "{args}");
         }
@@ -326,6 +453,12 @@ mod tests {
             "--ranks 9",
             "--slow-rank 0",
             "--ranks 2 --slow-rank 2",
+            "--buckets 2",
+            "--ranks 2 --buckets 0",
+            "--ranks 2 --buckets 65",
+            "--scenario nccl-straggler --throttle 2",
+            "--scenario gpu-straggler --throttle 0.5",
+            "--scenario gpu-straggler --throttle nan",
         ] {
             assert!(parse(args).plan().is_err(), "{args}");
         }

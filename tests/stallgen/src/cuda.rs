@@ -3,7 +3,7 @@
 //! the simulated GPU.
 use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Context as _, Result, anyhow, bail};
 use libloading::Library;
 
 use crate::{ptx, sys};
@@ -14,6 +14,14 @@ pub type Handle = *mut c_void;
 pub type DevicePtr = u64;
 
 const CUDA_SUCCESS: CuResult = 0;
+/// `CU_STREAM_NON_BLOCKING`: the stream does not wait for the legacy default stream, as
+/// PyTorch creates its NCCL streams.
+const CU_STREAM_NON_BLOCKING: c_uint = 0x1;
+/// `CU_EVENT_DISABLE_TIMING`: ordering only, as PyTorch's NCCL events.
+const CU_EVENT_DISABLE_TIMING: c_uint = 0x2;
+
+/// `cuStreamWaitEvent(CUstream, CUevent, unsigned int flags)`.
+type StreamWaitEvent = unsafe extern "C" fn(Handle, Handle, c_uint) -> CuResult;
 
 /// Function pointers copied out of the library; valid while `_lib` stays loaded.
 struct Api {
@@ -40,8 +48,16 @@ struct Api {
         *mut *mut c_void,
     ) -> CuResult,
     stream_create: unsafe extern "C" fn(*mut Handle, c_uint) -> CuResult,
+    stream_destroy: unsafe extern "C" fn(Handle) -> CuResult,
     stream_synchronize: unsafe extern "C" fn(Handle) -> CuResult,
+    event_create: unsafe extern "C" fn(*mut Handle, c_uint) -> CuResult,
+    event_record: unsafe extern "C" fn(Handle, Handle) -> CuResult,
+    event_destroy: unsafe extern "C" fn(Handle) -> CuResult,
+    /// Only data-parallel runs order one stream after another's event; a simulator without it
+    /// still runs everything else.
+    stream_wait_event: Option<StreamWaitEvent>,
     memcpy_dtoh: unsafe extern "C" fn(*mut c_void, DevicePtr, usize) -> CuResult,
+    memcpy_dtoh_async: unsafe extern "C" fn(*mut c_void, DevicePtr, usize, Handle) -> CuResult,
     get_error_string: unsafe extern "C" fn(CuResult, *mut *const c_char) -> CuResult,
     /// Only for `--check-gpu`; absent from a driver (or simulator) is no error elsewhere.
     device_get_name: Option<unsafe extern "C" fn(*mut c_char, c_int, CuDevice) -> CuResult>,
@@ -88,8 +104,14 @@ impl Driver {
                 memcpy_htod_async: sym(&lib, "cuMemcpyHtoDAsync_v2")?,
                 launch_kernel: sym(&lib, "cuLaunchKernel")?,
                 stream_create: sym(&lib, "cuStreamCreate")?,
+                stream_destroy: sym(&lib, "cuStreamDestroy_v2")?,
                 stream_synchronize: sym(&lib, "cuStreamSynchronize")?,
+                event_create: sym(&lib, "cuEventCreate")?,
+                event_record: sym(&lib, "cuEventRecord")?,
+                event_destroy: sym(&lib, "cuEventDestroy_v2")?,
+                stream_wait_event: sym(&lib, "cuStreamWaitEvent").ok(),
                 memcpy_dtoh: sym(&lib, "cuMemcpyDtoH_v2")?,
+                memcpy_dtoh_async: sym(&lib, "cuMemcpyDtoHAsync_v2")?,
                 get_error_string: sym(&lib, "cuGetErrorString")?,
                 device_get_name: sym(&lib, "cuDeviceGetName").ok(),
             }
@@ -190,7 +212,8 @@ impl Gpu {
         Ok(p)
     }
 
-    /// The job's stream, for work other libraries queue on it (NCCL).
+    /// The job's stream: a data-parallel step's compute stream, which events are recorded on
+    /// and made to wait.
     pub fn stream(&self) -> Handle {
         self.stream
     }
@@ -252,6 +275,88 @@ impl Gpu {
         let r = unsafe { (self.drv.api.memcpy_dtoh)(dst, self.dbuf, 4) };
         self.drv.check("cuMemcpyDtoH_v2", r)?;
         Ok(loss)
+    }
+
+    /// A second stream (cuStreamCreate with CU_STREAM_NON_BLOCKING), as ProcessGroupNCCL
+    /// keeps one per device for its collectives.
+    pub fn stream_create_nonblocking(&self) -> Result<Handle> {
+        let mut s: Handle = std::ptr::null_mut();
+        // SAFETY: a valid out-pointer; the job's context is current on this thread.
+        let r = unsafe { (self.drv.api.stream_create)(&mut s, CU_STREAM_NON_BLOCKING) };
+        self.drv.check("cuStreamCreate", r)?;
+        Ok(s)
+    }
+
+    /// A stream from [`Gpu::stream_create_nonblocking`], once its work is done.
+    pub fn stream_destroy(&self, stream: Handle) -> Result<()> {
+        // SAFETY: a stream this context created, destroyed once by the caller.
+        let r = unsafe { (self.drv.api.stream_destroy)(stream) };
+        self.drv.check("cuStreamDestroy_v2", r)
+    }
+
+    /// An event for ordering streams (cuEventCreate with CU_EVENT_DISABLE_TIMING).
+    pub fn event_create(&self) -> Result<Handle> {
+        let mut e: Handle = std::ptr::null_mut();
+        // SAFETY: a valid out-pointer; the job's context is current on this thread.
+        let r = unsafe { (self.drv.api.event_create)(&mut e, CU_EVENT_DISABLE_TIMING) };
+        self.drv.check("cuEventCreate", r)?;
+        Ok(e)
+    }
+
+    pub fn event_destroy(&self, event: Handle) -> Result<()> {
+        // SAFETY: an event from `event_create`, destroyed once by the caller.
+        let r = unsafe { (self.drv.api.event_destroy)(event) };
+        self.drv.check("cuEventDestroy_v2", r)
+    }
+
+    /// Records `event` on `stream`: it is reached once the work queued there so far is done.
+    pub fn event_record(&self, event: Handle, stream: Handle) -> Result<()> {
+        // SAFETY: an event and a stream of this context, both alive.
+        let r = unsafe { (self.drv.api.event_record)(event, stream) };
+        self.drv.check("cuEventRecord", r)
+    }
+
+    /// Makes the work queued on `stream` from now on wait for `event`'s last record; the host
+    /// does not wait.
+    pub fn stream_wait_event(&self, stream: Handle, event: Handle) -> Result<()> {
+        let f = self.stream_wait_event_fn()?;
+        // SAFETY: a stream and an event of this context, both alive; flags must be 0.
+        let r = unsafe { f(stream, event, 0) };
+        self.drv.check("cuStreamWaitEvent", r)
+    }
+
+    /// Fails unless the driver can order one stream after another's event, which a
+    /// data-parallel step needs: said before the ranks join, not mid-step.
+    pub fn require_stream_wait_event(&self) -> Result<()> {
+        self.stream_wait_event_fn().map(|_| ())
+    }
+
+    fn stream_wait_event_fn(&self) -> Result<StreamWaitEvent> {
+        self.drv.api.stream_wait_event.ok_or_else(|| {
+            anyhow!(
+                "libcuda.so.1 has no symbol cuStreamWaitEvent, which data-parallel runs need (a \
+                 simulated GPU built before it had one?)"
+            )
+        })
+    }
+
+    /// Queues a copy of `bytes` at `src` to `dst` on the job's stream (cuMemcpyDtoHAsync_v2).
+    ///
+    /// # Safety
+    /// `src` must be a device allocation of at least `bytes`, and `dst` writable for `bytes`
+    /// until the stream has synchronised; if `dst` is pageable the driver waits for the copy
+    /// in the call.
+    pub unsafe fn copy_out_async(&self, dst: *mut u8, src: DevicePtr, bytes: usize) -> Result<()> {
+        // SAFETY: forwarded caller contract.
+        let r = unsafe { (self.drv.api.memcpy_dtoh_async)(dst.cast(), src, bytes, self.stream) };
+        self.drv.check("cuMemcpyDtoHAsync_v2", r)
+    }
+
+    /// Waits for the job's stream (cuStreamSynchronize, spinning on-CPU by default).
+    pub fn sync(&self) -> Result<()> {
+        // SAFETY: the stream is ours and alive.
+        let r = unsafe { (self.drv.api.stream_synchronize)(self.stream) };
+        self.drv.check("cuStreamSynchronize", r)
     }
 
     /// The name of device 0, or why it is unknown.

@@ -7,9 +7,9 @@ use anyhow::{Context as _, Result};
 use crate::{
     cuda::{Driver, Gpu},
     dataset::Dataset,
+    ddp::{Ddp, Seat},
     feed::Feed,
     loader::{Loader, PREFETCH, Shared},
-    rank::{Control, Ring},
     scenario::Schedule,
     sys, train,
     truth::Truth,
@@ -75,14 +75,6 @@ impl Out {
     }
 }
 
-/// A rank's place in a data-parallel run.
-#[derive(Clone, Copy)]
-pub struct Seat<'a> {
-    pub ctl: &'a Control,
-    pub rank: usize,
-    pub ranks: usize,
-}
-
 /// What one training process runs.
 pub struct Job<'a> {
     pub schedule: Schedule,
@@ -132,9 +124,9 @@ pub fn run(job: Job<'_>, truth: &mut Truth, out: &mut Out) -> Result<()> {
 
     let ordinal = job.seat.map_or(0, |s| s.rank);
     let gpu = Gpu::init(Driver::load()?, shared.batch_bytes, ordinal)?;
-    let ring = job
+    let ddp = job
         .seat
-        .map(|s| Ring::join(&gpu, s.ctl, s.rank, s.ranks))
+        .map(|s| Ddp::join(&gpu, &s))
         .transpose()
         .context("joining the NCCL communicator")?;
     let mut feed = if job.pin_memory {
@@ -146,19 +138,19 @@ pub fn run(job: Job<'_>, truth: &mut Truth, out: &mut Out) -> Result<()> {
     let first = &schedule.phases[0].knobs;
     let mut warmup = train::Summary::default();
     let batch = shared.batch_bytes;
-    train::step(&gpu, &mut feed, first, batch, ring.as_ref(), &mut warmup)?;
+    train::step(&gpu, &mut feed, first, batch, ddp.as_ref(), &mut warmup)?;
     out.ready(&worker_pids)?;
 
-    let summary = train::train(&gpu, &mut feed, &shared, &schedule, truth, ring.as_ref())?;
+    let summary = train::train(&gpu, &mut feed, &shared, &schedule, truth, ddp.as_ref())?;
     out.done(&summary.totals(job.launches))?;
-    let who = ring
+    let who = ddp
         .as_ref()
-        .map_or(String::new(), |r| format!("rank {}: ", r.rank));
+        .map_or(String::new(), |d| format!("rank {}: ", d.ring.rank));
     // One write, so that ranks finishing together do not interleave their lines.
     let line = format!("stallgen: {who}{}\n", summary.breakdown());
     let _ = std::io::stderr().write_all(line.as_bytes());
-    if let Some(r) = ring {
-        r.leave()?;
+    if let Some(d) = ddp {
+        d.leave(&gpu)?;
     }
     drop(children);
     Ok(())

@@ -3,6 +3,7 @@
 mod cli;
 mod cuda;
 mod dataset;
+mod ddp;
 mod feed;
 mod job;
 mod loader;
@@ -67,8 +68,8 @@ fn run(cli: &Cli) -> Result<()> {
 }
 
 /// What the simulated GPU must look like for this run, for whichever of our processes creates
-/// its state file: a GPU per rank, and the scenario's PCIe link. The environment wins where it
-/// says otherwise; a real driver ignores both.
+/// its state file: a GPU per rank, the scenario's PCIe link, the straggler's throttled GPU.
+/// The environment wins where it says otherwise; a real driver ignores all three.
 fn configure_simulator(plan: &Plan) {
     let set = |key: &str, value: String| {
         if std::env::var_os(key).is_none() {
@@ -82,6 +83,9 @@ fn configure_simulator(plan: &Plan) {
     }
     if let Some(link) = plan.pcie_link {
         set("STALLSCOPE_SIMGPU_PCIE", link.to_owned());
+    }
+    if let Some(t) = plan.throttle {
+        set(cli::THROTTLE_ENV, t.setting());
     }
 }
 

@@ -13,8 +13,9 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 
 use crate::{
-    cli::{Cli, Plan},
-    job::{self, Children, DONE, Job, Out, READY, Seat},
+    cli::{Cli, Plan, THROTTLE_ENV, Throttle},
+    ddp::Seat,
+    job::{self, Children, DONE, Job, Out, READY},
     rank::Control,
     scenario::NCCL_WAIT,
     sys,
@@ -73,6 +74,9 @@ pub fn run(cli: &Cli, plan: &Plan, cpus: usize, ranks: usize) -> Result<()> {
     let uses_disk = schedules.iter().any(|s| s.uses_disk());
     let dataset = job::dataset(cli.data_dir.as_deref(), uses_disk)?;
     let ctl = Control::new().context("mapping the ranks' control block")?;
+    // The throttle in force (ours, or the environment's), so that a throttled rank reports
+    // the busy time NVML sees.
+    let throttle = std::env::var(THROTTLE_ENV).ok();
     let mut children = Children(Vec::new());
     let mut heard: Vec<Heard> = Vec::with_capacity(ranks);
     for (rank, schedule) in schedules.into_iter().enumerate() {
@@ -92,6 +96,8 @@ pub fn run(cli: &Cli, plan: &Plan, cpus: usize, ranks: usize) -> Result<()> {
                 ctl: &ctl,
                 rank,
                 ranks,
+                buckets: plan.buckets,
+                busy_scale: Throttle::factor_of(throttle.as_deref(), rank),
             }),
         };
         let waits = plan.slow_rank.is_some_and(|slow| slow != rank);

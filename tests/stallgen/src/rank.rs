@@ -1,6 +1,6 @@
 //! What the ranks of a data-parallel run share: a control block the parent maps before it
 //! forks them (the NCCL unique id travels through it, and the step at which everyone stops),
-//! and each rank's gradient all-reduce.
+//! and each rank's gradient all-reduces (see `ddp` for when a step makes them).
 use std::{
     sync::atomic::{AtomicU32, AtomicU64, Ordering},
     time::{Duration, Instant},
@@ -9,12 +9,14 @@ use std::{
 use anyhow::{Result, bail};
 
 use crate::{
-    cuda::{DevicePtr, Gpu},
+    cuda::{DevicePtr, Gpu, Handle},
+    ddp::Bucket,
     nccl::{Comm, Nccl, UniqueId},
     sys,
 };
 
-/// Gradients all-reduced every step: 32 MiB of floats (~0.3 ms over the simulated link).
+/// Gradients all-reduced every step, in buckets: 32 MiB of floats (~0.3 ms over the simulated
+/// link).
 pub const GRAD_BYTES: usize = 32 << 20;
 /// How long a rank waits for rank 0's unique id.
 const ID_WAIT: Duration = Duration::from_secs(60);
@@ -106,20 +108,32 @@ impl<'a> Ring<'a> {
         })
     }
 
-    /// Queues the step's all-reduce on the job's stream.
-    pub fn all_reduce(&self, gpu: &Gpu) -> Result<()> {
+    /// The gradients on the device (also what `.item()` reads back).
+    pub fn grads(&self) -> DevicePtr {
+        self.grads
+    }
+
+    /// Queues the in-place all-reduce of one bucket of the gradients on `stream`.
+    pub fn all_reduce(&self, bucket: &Bucket, stream: Handle) -> Result<()> {
         let Some(comm) = &self.comm else {
             bail!("the communicator is gone");
         };
-        self.nccl
-            .all_reduce(comm, self.grads, GRAD_BYTES / 4, gpu.stream())
+        if bucket.offset + bucket.bytes > GRAD_BYTES {
+            bail!("bucket {bucket:?} is past the {GRAD_BYTES}-byte gradients");
+        }
+        let at = self.grads + bucket.offset as DevicePtr;
+        self.nccl.all_reduce(comm, at, bucket.bytes / 4, stream)
     }
 
-    /// Whether training step `k` (0-based) runs. Every rank must run the same steps, or one
-    /// would wait forever in an all-reduce the others never join: rank 0 alone decides, from
-    /// its clock, and publishes the last step before it queues that step's all-reduce. A rank
-    /// can start step k + 1 only after its sync saw rank 0's all-reduce k, so it always sees a
-    /// decision rank 0 took at step k.
+    /// Whether training step `k` (0-based) runs. Every rank must run the same steps, hence
+    /// the same all-reduces, or one would wait forever in an all-reduce the others never
+    /// join: rank 0 alone decides, from its clock, and publishes the last step at the top of
+    /// the step, before it queues any of that step's all-reduces. A rank can start step k + 1
+    /// only after its `.item()` sync of step k returned, and that sync is on the compute
+    /// stream, which waited for the end event of each of step k's all-reduces: so all of them
+    /// completed, the first included, and that one could not complete before rank 0 reached
+    /// it, after its decision at step k. A rank therefore always sees a decision rank 0 took
+    /// at step k (or earlier) when it asks about step k + 1.
     pub fn runs_step(&self, k: u64, time_is_up: bool) -> bool {
         let last = self.ctl.last_step();
         if self.rank == 0 && time_is_up {

@@ -24,6 +24,11 @@ pub enum Scenario {
     /// slow rank (`--slow-rank`, default the last) is disk-bound as in `disk`, and the others
     /// wait for it in the all-reduce.
     NcclStraggler,
+    /// As `nccl-straggler`, but the slow rank's host is healthy: its GPU is throttled
+    /// (`--throttle`, default 3× longer kernels). Only the simulated GPU can be throttled:
+    /// stallgen sets STALLSCOPE_SIMGPU_THROTTLE=<slow rank's GPU>:<factor> for itself when
+    /// unset, for whichever process creates the state file.
+    GpuStraggler,
     /// Thousands of tiny kernels per step: the GPU finishes each before the feeder has
     /// launched the next.
     LaunchBound,
@@ -43,13 +48,14 @@ impl Scenario {
             Self::PageableCopy => "pageable-copy",
             Self::PcieDegraded => "pcie-degraded",
             Self::NcclStraggler => "nccl-straggler",
+            Self::GpuStraggler => "gpu-straggler",
             Self::LaunchBound => "launch-bound",
             Self::Phases => "phases",
         }
     }
 
-    /// The cause label stallscope is expected to report for this scenario (for
-    /// `nccl-straggler`, on the slow rank; the others wait in the all-reduce: [`NCCL_WAIT`]).
+    /// The cause label stallscope is expected to report for this scenario (for the
+    /// stragglers, on the slow rank; the others wait in the all-reduce: [`NCCL_WAIT`]).
     pub fn cause(self) -> &'static str {
         match self {
             Self::Healthy => "none",
@@ -59,6 +65,7 @@ impl Scenario {
             Self::HostCompute => "host_compute",
             Self::PageableCopy => "pinned_memory_copy",
             Self::PcieDegraded => "pcie",
+            Self::GpuStraggler => "gpu_throttled",
             Self::LaunchBound => "launch_overhead",
             Self::Phases => "mixed",
         }
@@ -89,7 +96,12 @@ impl Scenario {
 
     /// Ranks when `--ranks` is not given; `None` is a single process without NCCL.
     pub fn default_ranks(self) -> Option<usize> {
-        (self == Self::NcclStraggler).then_some(2)
+        self.has_straggler().then_some(2)
+    }
+
+    /// Whether one rank is slow by default (the last) and the others wait for it.
+    pub fn has_straggler(self) -> bool {
+        matches!(self, Self::NcclStraggler | Self::GpuStraggler)
     }
 
     /// The preset. `cpus` is the number of CPUs the job may use (it sizes the hog), `workers`
@@ -156,6 +168,9 @@ impl Scenario {
             },
             // The slow rank's behaviour: `disk`'s.
             Self::NcclStraggler => Self::Disk.knobs(cpus, workers),
+            // The slow rank's host is healthy; its GPU runs the same kernels `--throttle`
+            // times longer (300 ms a step by default), and the others wait for it.
+            Self::GpuStraggler => base,
             // 2 µs kernels, launched back to back: a launch costs the feeder more than that, so
             // the GPU idles between kernels. Few batches, so the loader stays out of the way.
             Self::LaunchBound => Knobs {
@@ -357,6 +372,7 @@ mod tests {
             Scenario::PageableCopy,
             Scenario::PcieDegraded,
             Scenario::NcclStraggler,
+            Scenario::GpuStraggler,
             Scenario::LaunchBound,
         ]
         .map(Scenario::cause)
@@ -372,6 +388,7 @@ mod tests {
                 "pinned_memory_copy",
                 "pcie",
                 "disk",
+                "gpu_throttled",
                 "launch_overhead"
             ]
         );
@@ -393,6 +410,11 @@ mod tests {
         assert_eq!(
             Scenario::NcclStraggler.knobs(2, 1),
             Scenario::Disk.knobs(2, 1)
+        );
+        assert_eq!(
+            Scenario::GpuStraggler.knobs(2, 1),
+            Scenario::Healthy.knobs(2, 1),
+            "its host is healthy"
         );
         let l = Scenario::LaunchBound.knobs(2, 1);
         assert!(l.kernels >= 1000 && l.kernel_ns() < 10_000, "{l:?}");

@@ -1,13 +1,13 @@
 //! The training loop on the main thread (the feeder): take a batch, copy it to the GPU,
-//! launch the step's kernels, all-reduce the gradients (with ranks), `loss.item()`, then
+//! launch the step's kernels (with ranks, in DDP's shape: see `ddp`), `loss.item()`, then
 //! whatever host work the phase asks for.
 use anyhow::Result;
 
 use crate::{
     cuda::Gpu,
+    ddp::Ddp,
     feed::Feed,
     loader::Shared,
-    rank::Ring,
     scenario::{Knobs, Schedule},
     sys,
     truth::Truth,
@@ -21,12 +21,14 @@ pub struct Summary {
     pub steps: u64,
     /// Kernels the steps launched.
     pub launches: u64,
-    /// Their durations summed: the GPU time the steps asked for.
+    /// Their durations summed: the GPU time the steps asked for (times the throttle, on a
+    /// throttled GPU: what it took).
     pub kernel_ns: u64,
     pub secs: f64,
     pub wait_ns: u64,
     pub copy_ns: u64,
     pub launch_ns: u64,
+    /// In `loss.item()`: with ranks, that is where a rank waits for the others.
     pub sync_ns: u64,
     pub host_ns: u64,
 }
@@ -84,7 +86,7 @@ pub fn step(
     feed: &mut Feed,
     knobs: &Knobs,
     batch_bytes: usize,
-    ring: Option<&Ring>,
+    ddp: Option<&Ddp>,
     sum: &mut Summary,
 ) -> Result<()> {
     let t0 = sys::monotonic_ns();
@@ -95,14 +97,25 @@ pub fn step(
     unsafe { gpu.copy_in(src, batch_bytes)? };
     feed.copied(&held)?;
     let t2 = sys::monotonic_ns();
-    for _ in 0..knobs.kernels {
-        gpu.launch_spin(knobs.kernel_ns())?;
-    }
-    if let Some(ring) = ring {
-        ring.all_reduce(gpu)?;
-    }
+    let (launches, kernel_ns) = match ddp {
+        None => {
+            for _ in 0..knobs.kernels {
+                gpu.launch_spin(knobs.kernel_ns())?;
+            }
+            let n = u64::from(knobs.kernels);
+            (n, n * knobs.kernel_ns())
+        }
+        Some(d) => {
+            let plan = d.plan(knobs);
+            d.launch(gpu, &plan)?;
+            (plan.launches(), d.busy_ns(&plan))
+        }
+    };
     let t3 = sys::monotonic_ns();
-    gpu.sync_item()?;
+    match ddp {
+        None => gpu.sync_item()?,
+        Some(d) => d.item(gpu)?,
+    };
     feed.synced(held)?;
     let t4 = sys::monotonic_ns();
     log_metrics(knobs.host_ms);
@@ -113,8 +126,8 @@ pub fn step(
     sum.sync_ns += t4 - t3;
     sum.host_ns += t5 - t4;
     sum.steps += 1;
-    sum.launches += u64::from(knobs.kernels);
-    sum.kernel_ns += u64::from(knobs.kernels) * knobs.kernel_ns();
+    sum.launches += launches;
+    sum.kernel_ns += kernel_ns;
     Ok(())
 }
 
@@ -139,15 +152,15 @@ impl Summary {
 }
 
 /// Runs steps from now until the schedule ends, recording each phase in `truth` as it ends,
-/// with what its steps measured. With a `ring`, rank 0's clock ends the run for every rank
-/// (see [`Ring::runs_step`]).
+/// with what its steps measured. With ranks, rank 0's clock ends the run for every rank
+/// (see [`crate::rank::Ring::runs_step`]).
 pub fn train(
     gpu: &Gpu,
     feed: &mut Feed,
     shared: &Shared,
     schedule: &Schedule,
     truth: &mut Truth,
-    ring: Option<&Ring>,
+    ddp: Option<&Ddp>,
 ) -> Result<Summary> {
     let t0 = sys::monotonic_ns();
     shared.set_t0(t0);
@@ -157,8 +170,8 @@ pub fn train(
     let mut steps = 0;
     loop {
         let now = sys::monotonic_ns();
-        let goes_on = match ring {
-            Some(r) => r.runs_step(steps, now >= end),
+        let goes_on = match ddp {
+            Some(d) => d.ring.runs_step(steps, now >= end),
             None => now < end,
         };
         if !goes_on {
@@ -177,7 +190,7 @@ pub fn train(
             feed,
             knobs,
             shared.batch_bytes,
-            ring,
+            ddp,
             &mut phases[phase],
         )?;
         steps += 1;

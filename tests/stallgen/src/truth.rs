@@ -23,7 +23,8 @@ pub struct RankTag {
 /// One phase's line: `{"phase", "scenario", "cause", "start_ns", "end_ns", "steps",
 /// "gpu_busy_ns", "feeder": {"wait_batch_ns", "copy_ns", "launch_ns", "sync_ns", "host_ns"}}`,
 /// plus `"rank"` and `"pid"` for a rank. `gpu_busy_ns` is the kernel time of the phase's steps
-/// (the steps that began in it): what NVML counts as busy.
+/// (the steps that began in it; on a throttled GPU, as long as they took): what NVML counts as
+/// busy, leaving out NCCL's kernels.
 pub fn line(
     phase: usize,
     scenario: Scenario,

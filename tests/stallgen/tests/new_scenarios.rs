@@ -1,6 +1,6 @@
 //! The scenarios added for the CUDA and NCCL probes, on the simulated GPU: each idles the GPU
-//! a good part of the time, for its own reason, and data-parallel ranks are children of the
-//! stallgen process, one per GPU. Each run gets a fresh state file, because scenarios configure
+//! a good part of the time, for its own reason, and data-parallel ranks (DDP-shaped steps) are
+//! children of the stallgen process, one per GPU, that run the same steps. Each run gets a fresh state file, because scenarios configure
 //! the simulated machine when they create it (the PCIe link, the number of GPUs); the device's
 //! busy time is read straight from that file. Needs the simulator built:
 //! `cargo build --release -p simgpu-cuda -p simgpu-nvml -p simgpu-nccl`.
@@ -253,49 +253,133 @@ fn launch_bound_launches_tiny_kernels_as_fast_as_it_can() {
     assert_eq!(r.truth[0]["cause"], "launch_overhead");
 }
 
-#[test]
-fn nccl_straggler_ranks_wait_for_the_disk_bound_one() {
-    let r = run("nccl", &["--scenario", "nccl-straggler"]);
-    // `rank <r> pid=<pid> workers=<pids>` per rank, then `ready pid=<stallgen>`.
-    assert_eq!(r.head.len(), 3, "{:?}", r.head);
-    let rank_pids: Vec<u32> = (0..2)
+/// The rank PIDs of a run of `n` ranks, from its `rank <r> pid=<pid> workers=<pids>` lines,
+/// which come before `ready pid=<stallgen>`; checks that rank r is alone on GPU r.
+fn rank_pids(r: &Run, n: usize) -> Vec<u32> {
+    assert_eq!(r.head.len(), n + 1, "{:?}", r.head);
+    let pids: Vec<u32> = (0..n)
         .map(|k| {
             let line = &r.head[k];
             let rest = line.strip_prefix(&format!("rank {k} pid=")).expect(line);
             rest.split_whitespace().next().unwrap().parse().unwrap()
         })
         .collect();
-    assert!(r.head[2].starts_with(&format!("ready pid={} workers=", r.pid)));
-    // Rank r is alone on GPU r.
-    assert_eq!(r.gpu_pids, vec![vec![rank_pids[0]], vec![rank_pids[1]]]);
-    for (k, idle) in r.idle.iter().enumerate() {
-        assert!(*idle > 0.25, "GPU {k} idle {idle:.2}");
+    assert!(r.head[n].starts_with(&format!("ready pid={} workers=", r.pid)));
+    let alone: Vec<Vec<u32>> = pids.iter().map(|p| vec![*p]).collect();
+    assert_eq!(r.gpu_pids, alone, "rank r alone on GPU r");
+    pids
+}
+
+/// Each rank's (rank, pid, cause, steps, gpu_busy_ns), in rank order: the runs here have one
+/// phase, so one truth line per rank.
+fn rank_truth(r: &Run) -> Vec<(u64, u64, String, u64, u64)> {
+    let mut lines: Vec<_> = r
+        .truth
+        .iter()
+        .map(|t| {
+            let n = |k: &str| t[k].as_u64().unwrap_or_else(|| panic!("{k}: {t}"));
+            assert!(t["end_ns"].as_u64() > t["start_ns"].as_u64(), "{t}");
+            let cause = t["cause"].as_str().unwrap().to_owned();
+            (n("rank"), n("pid"), cause, n("steps"), n("gpu_busy_ns"))
+        })
+        .collect();
+    lines.sort_by_key(|l| l.0);
+    lines
+}
+
+/// A step's kernel time in the presets: 4 kernels × 25 ms, whatever shape the ranks give it.
+const STEP_KERNEL_NS: u64 = 100_000_000;
+
+/// Every rank ran the same steps (or one would have waited forever in an all-reduce), each
+/// with the presets' kernel time times `slowdown` (a throttled GPU's), and the causes are as
+/// given.
+fn ranks_agree(r: &Run, pids: &[u32], causes: &[&str], slowdown: &[u64]) {
+    let truth = rank_truth(r);
+    let got: Vec<(u64, u64, &str)> = truth.iter().map(|t| (t.0, t.1, t.2.as_str())).collect();
+    let want: Vec<(u64, u64, &str)> = (0..pids.len())
+        .map(|k| (k as u64, u64::from(pids[k]), causes[k]))
+        .collect();
+    assert_eq!(got, want);
+    let steps = truth[0].3;
+    assert!(steps >= 3, "{} steps in {SECS} s: {truth:?}", steps);
+    for (t, slow) in truth.iter().zip(slowdown) {
+        assert_eq!(t.3, steps, "the same steps on every rank: {truth:?}");
+        assert_eq!(t.4, steps * STEP_KERNEL_NS * slow, "{truth:?}");
     }
-    // The healthy rank waits in its sync (the all-reduce), the slow one for its batches.
+}
+
+#[test]
+fn nccl_straggler_ranks_wait_for_the_disk_bound_one() {
+    let r = run("nccl", &["--scenario", "nccl-straggler"]);
+    let rank_pids = rank_pids(&r, 2);
+    // The slow rank's GPU idles while it waits for data. The others' GPUs wait in the
+    // all-reduce: busy to NVML if the simulated NCCL's kernel spins there, as a real one does
+    // (STALLSCOPE_SIMGPU_NCCL_WAIT=busy), idle if it waits off the GPU (`idle`), so their
+    // share is not asserted.
+    assert!(
+        r.idle[1] > 0.25,
+        "the slow rank's GPU idled {:.2}",
+        r.idle[1]
+    );
+    // The healthy rank waits in `.item()`'s sync (behind the all-reduces), the slow one for
+    // its batches.
     let waits = feeder_share(&r.stderr, "wait_batch");
     assert!(
         waits.len() == 2 && waits[1] > 20.0 && waits[0] < 5.0,
         "{waits:?}"
     );
-    let causes: Vec<(u64, u64, &str)> = r
-        .truth
-        .iter()
-        .map(|t| {
-            (
-                t["rank"].as_u64().unwrap(),
-                t["pid"].as_u64().unwrap(),
-                t["cause"].as_str().unwrap(),
-            )
-        })
-        .collect();
-    assert_eq!(
-        causes,
-        [
-            (0, u64::from(rank_pids[0]), "nccl_wait"),
-            (1, u64::from(rank_pids[1]), "disk")
-        ]
+    ranks_agree(&r, &rank_pids, &["nccl_wait", "disk"], &[1, 1]);
+}
+
+#[test]
+fn four_ddp_ranks_wait_for_the_disk_bound_one() {
+    let r = run("nccl4", &["--scenario", "nccl-straggler", "--ranks", "4"]);
+    let pids = rank_pids(&r, 4);
+    let causes = ["nccl_wait", "nccl_wait", "nccl_wait", "disk"];
+    ranks_agree(&r, &pids, &causes, &[1; 4]);
+    assert!(
+        r.idle[3] > 0.25,
+        "the slow rank's GPU idled {:.2}",
+        r.idle[3]
     );
-    for t in &r.truth {
-        assert!(t["end_ns"].as_u64() > t["start_ns"].as_u64(), "{t}");
+    // The slow rank waits for its batches; the others in `.item()`'s sync, where the compute
+    // stream waits for the all-reduces on the NCCL stream.
+    let waits = feeder_share(&r.stderr, "wait_batch");
+    let syncs = feeder_share(&r.stderr, "sync");
+    assert!(waits.len() == 4 && waits[3] > 20.0, "{waits:?}");
+    for k in 0..3 {
+        assert!(
+            waits[k] < 5.0 && syncs[k] > 50.0,
+            "rank {k}: {waits:?} {syncs:?}"
+        );
     }
+}
+
+#[test]
+fn four_healthy_ddp_ranks_train_together() {
+    let r = run(
+        "healthy4",
+        &["--scenario", "healthy", "--ranks", "4", "--buckets", "3"],
+    );
+    let pids = rank_pids(&r, 4);
+    ranks_agree(&r, &pids, &["none"; 4], &[1; 4]);
+    let waits = feeder_share(&r.stderr, "wait_batch");
+    assert!(
+        waits.len() == 4 && waits.iter().all(|w| *w < 5.0),
+        "{waits:?}"
+    );
+}
+
+#[test]
+fn a_throttled_gpu_makes_its_rank_the_straggler() {
+    let r = run("gpu-straggler", &["--scenario", "gpu-straggler"]);
+    let pids = rank_pids(&r, 2);
+    // The throttled GPU is busy three times as long per step as its kernels asked.
+    ranks_agree(&r, &pids, &["nccl_wait", "gpu_throttled"], &[1, 3]);
+    assert!(r.idle[1] < 0.15, "the throttled GPU idled {:.2}", r.idle[1]);
+    let waits = feeder_share(&r.stderr, "wait_batch");
+    assert!(
+        waits.iter().all(|w| *w < 5.0),
+        "no rank waits for data: {waits:?}"
+    );
 }

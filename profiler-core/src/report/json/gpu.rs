@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::analysis::model::{Analysis, GpuTimeline};
-use crate::attribution::{Attribution, CauseEvidence, SecondLabel, Stall, Verdict};
+use crate::attribution::{Attribution, CauseEvidence, GpuWaiting, SecondLabel, Stall, Verdict};
 
 #[derive(Debug, Serialize)]
 pub struct JsonGpu<'a> {
@@ -13,9 +13,16 @@ pub struct JsonGpu<'a> {
     pub name: &'a str,
     pub uuid: &'a str,
     pub observed_ns: u64,
+    /// Busy as NVML counts it: a kernel resident, waiting included.
     pub busy_ns: u64,
+    /// Busy time in which the GPU only waited in collectives.
+    pub waiting_ns: u64,
     pub idle_ns: u64,
     pub idle_by_cause: BTreeMap<&'static str, u64>,
+    /// Idle plus waiting time by cause: what the verdict ranks.
+    pub lost_by_cause: BTreeMap<&'static str, u64>,
+    /// Which signal told waiting from work, and how certain it is.
+    pub waiting: Option<&'a GpuWaiting>,
     /// Each cause that took idle time, with its evidence summed over all its windows.
     pub causes: &'a [CauseEvidence],
     pub samples: usize,
@@ -44,7 +51,14 @@ pub fn json_gpus<'a>(a: &'a Analysis, attribution: Option<&'a Attribution>) -> V
                 target_pids: info.map_or(&[], |i| i.target_pids.as_slice()),
                 observed_ns: g.observed_ns,
                 busy_ns: g.busy_ns,
+                waiting_ns: g.waiting_ns,
                 idle_ns: g.idle_ns,
+                lost_by_cause: g
+                    .lost_by_cause
+                    .iter()
+                    .map(|(c, ns)| (c.name(), *ns))
+                    .collect(),
+                waiting: g.waiting.as_ref(),
                 idle_by_cause: g
                     .idle_by_cause
                     .iter()
@@ -67,7 +81,11 @@ pub fn json_stalls(attribution: Option<&Attribution>) -> Vec<&Stall> {
         .iter()
         .flat_map(|attr| attr.gpus.iter().flat_map(|g| g.stalls.iter()))
         .collect();
-    stalls.sort_by(|x, y| y.idle_ns.cmp(&x.idle_ns).then(x.start_ns.cmp(&y.start_ns)));
+    stalls.sort_by(|x, y| {
+        (y.idle_ns + y.waiting_ns)
+            .cmp(&(x.idle_ns + x.waiting_ns))
+            .then(x.start_ns.cmp(&y.start_ns))
+    });
     stalls
 }
 

@@ -36,14 +36,30 @@ pub fn write_text<W: Write>(report: &Report<'_>, w: &mut W) -> io::Result<()> {
             .get(&g.gpu)
             .and_then(GpuTimeline::mean_sm_active)
             .map_or(String::new(), |p| format!(" (SM activity {p:.0}%)"));
-        writeln!(
-            w,
-            "GPU {} {name}: busy {}, idle {} of {} s{sm}",
-            g.gpu,
-            pct(g.busy_ns, g.observed_ns),
-            pct(g.idle_ns, g.observed_ns),
-            units::seconds(g.observed_ns)
-        )?;
+        if g.waiting_ns > 0 {
+            writeln!(
+                w,
+                "GPU {} {name}: busy {} (working {}, waiting in collectives {}), idle {} of {} s{sm}",
+                g.gpu,
+                pct(g.busy_ns, g.observed_ns),
+                pct(g.busy_ns - g.waiting_ns.min(g.busy_ns), g.observed_ns),
+                pct(g.waiting_ns, g.observed_ns),
+                pct(g.idle_ns, g.observed_ns),
+                units::seconds(g.observed_ns)
+            )?;
+        } else {
+            writeln!(
+                w,
+                "GPU {} {name}: busy {}, idle {} of {} s{sm}",
+                g.gpu,
+                pct(g.busy_ns, g.observed_ns),
+                pct(g.idle_ns, g.observed_ns),
+                units::seconds(g.observed_ns)
+            )?;
+        }
+        if let Some(wt) = g.waiting.as_ref().filter(|_| g.waiting_ns > 0) {
+            writeln!(w, "  waiting told from work by {}", wt.note)?;
+        }
         let mut causes: Vec<(&Cause, &u64)> =
             g.idle_by_cause.iter().filter(|(_, ns)| **ns > 0).collect();
         causes.sort_by(|x, y| y.1.cmp(x.1));
@@ -56,7 +72,18 @@ pub fn write_text<W: Write>(report: &Report<'_>, w: &mut W) -> io::Result<()> {
                 pct(*ns, g.observed_ns)
             )?;
         }
-        write_causes(&g.causes, g.observed_ns, w)?;
+        let waited = g.lost_by_cause.get(&Cause::NcclWait).copied().unwrap_or(0)
+            - g.idle_by_cause.get(&Cause::NcclWait).copied().unwrap_or(0);
+        if waited > 0 {
+            writeln!(
+                w,
+                "  waiting {:>12}: {:>8} s  {:>6} of GPU time",
+                Cause::NcclWait.name(),
+                units::seconds(waited),
+                pct(waited, g.observed_ns)
+            )?;
+        }
+        write_causes(&g.causes, g.observed_ns, g.waiting_ns > 0, w)?;
         write_stalls(a, attr, g.gpu, w)?;
     }
     writeln!(w, "\nverdict: {}", attr.verdict.text)
@@ -64,15 +91,21 @@ pub fn write_text<W: Write>(report: &Report<'_>, w: &mut W) -> io::Result<()> {
 
 /// Each cause's evidence over all of its windows: the answer for a job that idles a little
 /// everywhere and so has no stall.
-fn write_causes<W: Write>(causes: &[CauseEvidence], observed_ns: u64, w: &mut W) -> io::Result<()> {
+fn write_causes<W: Write>(
+    causes: &[CauseEvidence],
+    observed_ns: u64,
+    waited: bool,
+    w: &mut W,
+) -> io::Result<()> {
     if causes.is_empty() {
         return Ok(());
     }
+    let lost = if waited { "idle or waiting" } else { "idle" };
     writeln!(w, "  why, by cause (over every window it labelled):")?;
     for c in causes {
         writeln!(
             w,
-            "    {}: {} s idle ({} of GPU time) in {} windows",
+            "    {}: {} s {lost} ({} of GPU time) in {} windows",
             c.cause.name(),
             units::seconds(c.idle_ns),
             pct(c.idle_ns, observed_ns),
@@ -92,9 +125,14 @@ fn write_stalls<W: Write>(a: &Analysis, attr: &Attribution, gpu: u32, w: &mut W)
     }
     writeln!(w, "  longest stalls:")?;
     for s in g.stalls.iter().take(TEXT_STALLS) {
+        let waited = if s.waiting_ns > 0 {
+            format!(" + {} s waiting", units::seconds(s.waiting_ns))
+        } else {
+            String::new()
+        };
         writeln!(
             w,
-            "    +{} s .. +{} s  {} s idle  {}",
+            "    +{} s .. +{} s  {} s idle{waited}  {}",
             units::seconds(s.start_ns.saturating_sub(a.start_ns)),
             units::seconds(s.end_ns.saturating_sub(a.start_ns)),
             units::seconds(s.idle_ns),

@@ -178,6 +178,23 @@ pub fn write_ranks<W: Write>(
                 .map(|c| format!("; own cause: {}", c.name()))
                 .unwrap_or_default()
         )?;
+        if let (Some(n), Some(late)) = (r.arrived_last, r.late_ns)
+            && n > 0
+        {
+            writeln!(
+                w,
+                "    queued last in {n} collectives, {} s later than the others' median in all",
+                crate::units::seconds(late)
+            )?;
+        }
+    }
+    for arr in &ranks.arrivals {
+        writeln!(
+            w,
+            "  {} collectives matched across ranks; the last rank queued them {} ms after the others' median (median)",
+            arr.matched,
+            format_args!("{:.1}", arr.median_late_ns as f64 / 1e6)
+        )?;
     }
     match &ranks.straggler {
         Some(s) => writeln!(w, "  {}", s.text),

@@ -16,11 +16,18 @@ use std::{
 };
 
 use nvml_wrapper::{Nvml, gpm::GpmSample};
-use profiler_core::{nvml::samples::UtilSamples, record::Record};
+use profiler_core::{
+    nvml::samples::UtilSamples,
+    record::{GpuState, Record},
+};
 
 pub const NVML_LIB_ENV: &str = "STALLSCOPE_NVML_LIB";
 const DEFAULT_LIB: &str = "libnvidia-ml.so.1";
 const STATE_EVERY: Duration = Duration::from_millis(500);
+/// GPM SM activity is read on its own, more often: it is what tells a waiting collective from
+/// work (see `profiler_core::attribution::waiting`), and NVML wants its samples ≥ 100 ms
+/// apart.
+const GPM_EVERY: Duration = Duration::from_millis(200);
 
 mod device;
 
@@ -133,6 +140,7 @@ fn run(
     }
     let mut announced = false;
     let mut last_state = Instant::now() - STATE_EVERY;
+    let mut last_gpm = Instant::now() - GPM_EVERY;
     // GPM needs two samples at least 100 ms apart; keep the last one per device, or None
     // where the device (or the library) has no GPM.
     let mut gpm: Vec<Option<Option<GpmSample<'_>>>> = watched
@@ -153,14 +161,29 @@ fn run(
             if changed || !announced {
                 announce(&watched, &tx, &mut announced);
             }
-            for (w, gpm) in watched.iter_mut().zip(gpm.iter_mut()) {
+            for w in watched.iter_mut() {
                 if let Ok(d) = nvml.device_by_index(w.index) {
-                    let mut st = state(&d, w.index);
-                    if let Some(prev) = gpm.as_mut() {
-                        (st.sm_active_pct, st.sm_occupancy_pct) = sm_activity(&nvml, &d, prev);
-                    }
-                    let _ = tx.send(Record::GpuState(st));
+                    let _ = tx.send(Record::GpuState(state(&d, w.index)));
                     process_util(&d, w, &traced, &tx);
+                }
+            }
+        }
+        if last_gpm.elapsed() >= GPM_EVERY {
+            last_gpm = Instant::now();
+            for (w, gpm) in watched.iter().zip(gpm.iter_mut()) {
+                let Some(prev) = gpm.as_mut() else { continue };
+                if let Ok(d) = nvml.device_by_index(w.index) {
+                    let (active, occupancy) = sm_activity(&nvml, &d, prev);
+                    if active.is_some() {
+                        // A state holding only GPM: readers take each field where it is set.
+                        let _ = tx.send(Record::GpuState(GpuState {
+                            gpu: w.index,
+                            ts_ns: crate::capture::clock::monotonic_ns(),
+                            sm_active_pct: active,
+                            sm_occupancy_pct: occupancy,
+                            ..GpuState::default()
+                        }));
+                    }
                 }
             }
         }

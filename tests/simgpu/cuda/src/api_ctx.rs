@@ -22,14 +22,7 @@ fn create_context(
     let device = driver.gpu(dev)?.index();
     driver.register(device)?;
     let ctx = tables.new_handle();
-    tables.contexts.insert(
-        ctx,
-        Context {
-            device,
-            primary,
-            default_tail: None,
-        },
-    );
+    tables.contexts.insert(ctx, Context::new(device, primary));
     Ok(ctx)
 }
 

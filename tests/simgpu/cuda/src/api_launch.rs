@@ -1,8 +1,9 @@
-//! Modules, functions, kernel launches and host functions.
+//! Modules, functions, kernel launches, host functions, and the NCCL stand-in's comm kernels.
 //!
 //! A kernel runs for as many nanoseconds as its first parameter says: `kernelParams[0]` points
 //! to a u64. That is the signature of stallgen's PTX kernel `spin(u64 ns)`, so the same workload
 //! code runs on a real GPU and here. Parameters are read at launch, as the driver copies them.
+//! It keeps `STALLSCOPE_SIMGPU_SM_SHARE` percent of the SMs active (GPM's SM activity).
 use std::ffi::{CStr, c_char, c_uint, c_void};
 
 use simgpu_state::clock::monotonic_ns;
@@ -231,7 +232,11 @@ unsafe fn launch(
     } else {
         0
     };
-    driver.submit(&mut tables, key, Work::Kernel { duration_ns });
+    let work = Work::Kernel {
+        duration_ns,
+        sm_share_pct: driver.compute_sm_share,
+    };
+    driver.submit(&mut tables, key, work);
     Ok(())
 }
 
@@ -350,6 +355,52 @@ pub extern "C" fn cuLaunchHostFunc_ptsz(
     data: *mut c_void,
 ) -> CUresult {
     guarded(|| launch_host_func(per_thread(handle(stream)), func, data))
+}
+
+/// Queues a comm kernel on `stream`.
+fn launch_comm_kernel(
+    stream: u64,
+    wait: Option<HostFn>,
+    data: *mut c_void,
+    transfer_ns: u64,
+    sm_share_pct: u32,
+) -> CuResult<()> {
+    let driver = driver()?;
+    if sm_share_pct > 100 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    // NCCL launches its kernel with cuLaunchKernel, so it costs the caller a launch.
+    host_work(LAUNCH_CPU_NS);
+    let mut tables = driver.tables();
+    let key = tables.stream(stream, current_ctx())?;
+    let work = Work::CommKernel {
+        wait,
+        data: data as usize,
+        transfer_ns: transfer_ns.min(MAX_KERNEL_NS),
+        sm_share_pct,
+    };
+    driver.submit(&mut tables, key, work);
+    Ok(())
+}
+
+/// Not a CUDA entry point: the simulated NCCL's way to queue its kernel. When `stream` reaches
+/// it, a kernel starts on the GPU's comm lane with `sm_share_pct` percent of the SMs, then
+/// `wait(data)` runs on the comm engine thread (the rendezvous: it returns once the peers have
+/// arrived), then the kernel spins `transfer_ns` (the data movement) and ends; later work of the
+/// stream waits for all of it. The GPU counts as busy throughout, as it does while a real NCCL
+/// kernel spins waiting for a late rank.
+///
+/// Real NCCL waits inside its kernel; a driver cannot run host code inside a kernel, hence this
+/// private entry point instead of cuLaunchHostFunc (idle) plus cuLaunchKernel.
+#[unsafe(no_mangle)]
+pub extern "C" fn simgpuLaunchCommKernel(
+    stream: CUstream,
+    wait: Option<HostFn>,
+    data: *mut c_void,
+    transfer_ns: u64,
+    sm_share_pct: u32,
+) -> CUresult {
+    guarded(|| launch_comm_kernel(handle(stream), wait, data, transfer_ns, sm_share_pct))
 }
 
 #[cfg(test)]

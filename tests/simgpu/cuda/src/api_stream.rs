@@ -1,9 +1,10 @@
 //! Streams and events.
 //!
 //! A stream sync waits for the stream's last operation (which itself waited for everything
-//! before it). An event record is like an operation on the stream: it is reached once all work
-//! it is ordered after is done, and its time is when that happened (or the record call itself,
-//! if the stream was idle).
+//! before it) and for the events the stream was told to wait for since. An event record is like
+//! an operation on the stream: it is reached once all work it is ordered after is done, and its
+//! time is when that happened (or the record call itself, if the stream was idle).
+//! cuStreamWaitEvent makes a stream's later work wait for an event's work (see `tables`).
 use std::ffi::{c_uint, c_void};
 
 use simgpu_state::clock::monotonic_ns;
@@ -20,6 +21,8 @@ type CUevent = *mut c_void;
 
 const CU_STREAM_NON_BLOCKING: c_uint = 0x1;
 const CU_EVENT_DISABLE_TIMING: c_uint = 0x2;
+/// cuStreamWaitEvent's only flag (`CU_EVENT_WAIT_EXTERNAL`, for graphs): accepted, no effect.
+const CU_EVENT_WAIT_EXTERNAL: c_uint = 0x1;
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamCreate(stream: *mut CUstream, flags: c_uint) -> CUresult {
@@ -31,11 +34,7 @@ pub unsafe extern "C" fn cuStreamCreate(stream: *mut CUstream, flags: c_uint) ->
         let mut tables = driver.tables();
         let ctx = driver.require_ctx(&tables)?;
         let h = tables.new_handle();
-        let info = StreamInfo {
-            ctx,
-            nonblocking: flags & CU_STREAM_NON_BLOCKING != 0,
-            tail: None,
-        };
+        let info = StreamInfo::new(ctx, flags & CU_STREAM_NON_BLOCKING != 0);
         tables.streams.insert(h, info);
         // SAFETY: `stream` is a non-null out-pointer, per the API contract.
         unsafe { write_out(stream, to_handle(h)) }
@@ -54,12 +53,12 @@ pub extern "C" fn cuStreamDestroy_v2(stream: CUstream) -> CUresult {
 
 fn stream_sync(stream: u64) -> CuResult<()> {
     let driver = driver()?;
-    let tail = {
+    let pending = {
         let tables = driver.tables();
         let key = tables.stream(stream, current_ctx())?;
-        tables.tail(key).cloned()
+        tables.own_pending(key)
     };
-    wait_all(tail.as_slice());
+    wait_all(&pending);
     Ok(())
 }
 
@@ -74,17 +73,55 @@ pub extern "C" fn cuStreamSynchronize_ptsz(stream: CUstream) -> CUresult {
     guarded(|| stream_sync(per_thread(handle(stream))))
 }
 
+/// CUDA_ERROR_NOT_READY while the stream's work, or an event it waits for, is pending.
 #[unsafe(no_mangle)]
 pub extern "C" fn cuStreamQuery(stream: CUstream) -> CUresult {
     guarded(|| {
         let driver = driver()?;
         let tables = driver.tables();
         let key = tables.stream(handle(stream), current_ctx())?;
-        match tables.tail(key) {
-            Some(op) if !op.is_done() => Err(CUDA_ERROR_NOT_READY),
-            _ => Ok(()),
+        if tables.own_pending(key).is_empty() {
+            Ok(())
+        } else {
+            Err(CUDA_ERROR_NOT_READY)
         }
     })
+}
+
+/// cuStreamWaitEvent's body: work queued on `stream` after this waits for the event's recorded
+/// work (as of now: a later record of the same event does not count). A never-recorded event
+/// is a no-op, as in CUDA.
+fn stream_wait_event(stream: u64, event: CUevent, flags: c_uint) -> CuResult<()> {
+    let driver = driver()?;
+    if flags & !CU_EVENT_WAIT_EXTERNAL != 0 {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let mut tables = driver.tables();
+    let key = tables.stream(stream, current_ctx())?;
+    let after = tables
+        .events
+        .get(&handle(event))
+        .ok_or(CUDA_ERROR_INVALID_HANDLE)?
+        .recorded
+        .as_ref()
+        .map_or_else(Vec::new, |r| r.after.clone());
+    tables.add_waits(key, after);
+    Ok(())
+}
+
+/// Makes later work of `stream` wait for `event`; returns at once.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuStreamWaitEvent(stream: CUstream, event: CUevent, flags: c_uint) -> CUresult {
+    guarded(|| stream_wait_event(handle(stream), event, flags))
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn cuStreamWaitEvent_ptsz(
+    stream: CUstream,
+    event: CUevent,
+    flags: c_uint,
+) -> CUresult {
+    guarded(|| stream_wait_event(per_thread(handle(stream)), event, flags))
 }
 
 #[unsafe(no_mangle)]

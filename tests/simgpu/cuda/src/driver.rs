@@ -5,7 +5,7 @@ use std::ffi::c_int;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
-use simgpu_state::{Gpu, MAX_DEVICES, SharedState};
+use simgpu_state::{Gpu, MAX_DEVICES, SharedState, lane};
 
 use crate::engine::{Engines, Op, Work, locked};
 use crate::result::{
@@ -21,10 +21,12 @@ pub struct Driver {
     /// The pid that initialized the driver; a forked child must not act for its parent.
     pub pid: u32,
     tables: Mutex<Tables>,
-    /// One pair of engine threads per GPU, started with the process's first context on it.
+    /// One set of engine threads per GPU, started with the process's first context on it.
     engines: [Engines; MAX_DEVICES],
     started: Mutex<[bool; MAX_DEVICES]>,
     staging: StagingPool,
+    /// SM share of compute kernels in percent (`STALLSCOPE_SIMGPU_SM_SHARE` at cuInit).
+    pub compute_sm_share: u32,
 }
 
 static DRIVER: OnceLock<Driver> = OnceLock::new();
@@ -56,6 +58,11 @@ pub fn init() -> CuResult<&'static Driver> {
         staging: StagingPool::new(simgpu_state::host::host_rate_from_setting(
             std::env::var(simgpu_state::HOST_GBPS_ENV).ok().as_deref(),
         )),
+        compute_sm_share: lane::share_from_setting(
+            lane::SM_SHARE_ENV,
+            std::env::var(lane::SM_SHARE_ENV).ok().as_deref(),
+            lane::DEFAULT_COMPUTE_SM_SHARE,
+        ),
     });
     let driver = DRIVER.get().ok_or(CUDA_ERROR_NO_DEVICE)?;
     // SAFETY: `forget_at_exit` is an extern "C" fn with no arguments that never unwinds.

@@ -1,16 +1,26 @@
-//! A device: queued operations and the two engine threads (compute, copy) that run them with
-//! real timing. Each GPU a process uses has its own pair.
+//! A device: queued operations and the three engine threads (compute, copy, comm) that run them
+//! with real timing. Each GPU a process uses has its own set.
 //!
-//! Each operation carries the operations it must wait for (its stream predecessors, see
-//! `tables`). Every dependency was submitted earlier, and each engine runs its queue in
-//! submission order, so an engine waiting on a dependency can never wait on itself: no deadlock.
+//! The compute engine runs kernels and host functions, the copy engine copies, and the comm
+//! engine the NCCL stand-in's kernels (`simgpuLaunchCommKernel`): so a collective on its own
+//! stream runs while compute kernels run, on its own lane of the GPU (`simgpu_state::Lane`), as
+//! NCCL's kernel runs beside the compute kernels of a data-parallel job.
+//!
+//! Each operation carries the operations it must wait for: its stream predecessors and the
+//! events the stream was told to wait for (cuStreamWaitEvent), see `tables`. Every dependency
+//! was submitted earlier (submission is serialized by the handle tables' lock, and an event's
+//! work is queued before anything can wait for it), and each engine runs its queue in
+//! submission order. So the earliest-submitted pending operation of the whole process has all
+//! its dependencies done and heads its engine's queue: it can always run, and no engine ever
+//! waits on itself or in a cycle with the others. (What a host function or a comm kernel's
+//! rendezvous waits for in another process is outside this argument, as on a real GPU.)
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
 use simgpu_state::clock::monotonic_ns;
-use simgpu_state::{Direction, Gpu};
+use simgpu_state::{Direction, Gpu, Lane};
 
 use crate::staging::StagingPool;
 use crate::wait::device_wait_until;
@@ -45,6 +55,18 @@ pub type HostFn = unsafe extern "C" fn(*mut std::ffi::c_void);
 pub enum Work {
     Kernel {
         duration_ns: u64,
+        /// Percent of the SMs the kernel keeps active (GPM's SM activity).
+        sm_share_pct: u32,
+    },
+    /// A kernel on the comm lane (the NCCL stand-in's): it starts, so the GPU counts as busy,
+    /// then calls `wait(data)` (the rendezvous with the other ranks) and spins for
+    /// `transfer_ns`, as NCCL's kernel spins until its peers arrive and then moves the data.
+    CommKernel {
+        wait: Option<HostFn>,
+        /// The pointer passed to `wait`, as given.
+        data: usize,
+        transfer_ns: u64,
+        sm_share_pct: u32,
     },
     /// Runs on the compute engine, in stream order, while the GPU counts as idle (no kernel
     /// runs); later work of the stream waits for it to return.
@@ -67,6 +89,7 @@ impl Work {
         match self {
             Work::Kernel { .. } | Work::Host { .. } => EngineKind::Compute,
             Work::Copy { .. } => EngineKind::Copy,
+            Work::CommKernel { .. } => EngineKind::Comm,
         }
     }
 }
@@ -75,6 +98,7 @@ impl Work {
 enum EngineKind {
     Compute,
     Copy,
+    Comm,
 }
 
 /// One queued operation.
@@ -134,11 +158,12 @@ impl Queue {
     }
 }
 
-/// The compute and copy engines of this process's view of one GPU.
+/// The compute, copy and comm engines of this process's view of one GPU.
 pub struct Engines {
     compute: Queue,
     copy: Queue,
-    /// Signalled on every completion, for an engine waiting on the other engine's work.
+    comm: Queue,
+    /// Signalled on every completion, for an engine waiting on another engine's work.
     completed: (Mutex<()>, Condvar),
 }
 
@@ -147,6 +172,7 @@ impl Engines {
         Engines {
             compute: Queue::new(),
             copy: Queue::new(),
+            comm: Queue::new(),
             completed: (Mutex::new(()), Condvar::new()),
         }
     }
@@ -163,6 +189,7 @@ impl Engines {
         for (kind, name) in [
             (EngineKind::Compute, "simgpu-compute"),
             (EngineKind::Copy, "simgpu-copy"),
+            (EngineKind::Comm, "simgpu-comm"),
         ] {
             std::thread::Builder::new()
                 .name(name.into())
@@ -171,12 +198,17 @@ impl Engines {
         Ok(())
     }
 
-    /// Queues `work` after `deps`; returns the operation to wait on.
-    pub fn submit(&self, work: Work, deps: Vec<Arc<Op>>) -> Arc<Op> {
-        let queue = match work.engine() {
+    fn queue(&self, kind: EngineKind) -> &Queue {
+        match kind {
             EngineKind::Compute => &self.compute,
             EngineKind::Copy => &self.copy,
-        };
+            EngineKind::Comm => &self.comm,
+        }
+    }
+
+    /// Queues `work` after `deps`; returns the operation to wait on.
+    pub fn submit(&self, work: Work, deps: Vec<Arc<Op>>) -> Arc<Op> {
+        let queue = self.queue(work.engine());
         let op = Arc::new(Op {
             work: Mutex::new(Some(work)),
             deps: Mutex::new(deps),
@@ -188,10 +220,7 @@ impl Engines {
     }
 
     fn run(&self, kind: EngineKind, gpu: Gpu<'_>, pid: u32, staging: &StagingPool) {
-        let queue = match kind {
-            EngineKind::Compute => &self.compute,
-            EngineKind::Copy => &self.copy,
-        };
+        let queue = self.queue(kind);
         loop {
             let op = queue.pop();
             self.wait_for_deps(&op);
@@ -227,14 +256,39 @@ impl Engines {
     }
 }
 
+/// How long a kernel asked to run `ns` takes on `gpu`: longer while it is throttled, and never
+/// more than [`MAX_KERNEL_NS`].
+fn throttled(gpu: Gpu<'_>, ns: u64) -> u64 {
+    ((ns.min(MAX_KERNEL_NS) as f64 * gpu.throttle_factor()).round() as u64).min(MAX_KERNEL_NS)
+}
+
 /// Runs one operation on the calling engine thread; hands back a staging buffer it consumed.
 fn execute(work: Work, gpu: Gpu<'_>, pid: u32) -> Option<Box<[u8]>> {
     match work {
-        Work::Kernel { duration_ns } => {
+        Work::Kernel {
+            duration_ns,
+            sm_share_pct,
+        } => {
             let start = monotonic_ns();
-            gpu.kernel_begin(pid, start);
-            device_wait_until(start + duration_ns.min(MAX_KERNEL_NS));
-            gpu.kernel_end(pid, monotonic_ns());
+            gpu.kernel_begin(pid, Lane::Compute, sm_share_pct, start);
+            device_wait_until(start + throttled(gpu, duration_ns));
+            gpu.kernel_end(pid, Lane::Compute, monotonic_ns());
+            None
+        }
+        Work::CommKernel {
+            wait,
+            data,
+            transfer_ns,
+            sm_share_pct,
+        } => {
+            gpu.kernel_begin(pid, Lane::Comm, sm_share_pct, monotonic_ns());
+            if let Some(wait) = wait {
+                // SAFETY: simgpuLaunchCommKernel's caller vouches that `wait` may be called
+                // with `data` from another thread once the stream reaches it.
+                unsafe { wait(data as *mut std::ffi::c_void) };
+            }
+            device_wait_until(monotonic_ns() + throttled(gpu, transfer_ns));
+            gpu.kernel_end(pid, Lane::Comm, monotonic_ns());
             None
         }
         Work::Host { func, data } => {

@@ -1,9 +1,11 @@
 //! Simulated CUDA driver API, built as `libcuda.so` and installed as `libcuda.so.1`.
 //!
 //! A test fixture for CI machines without a GPU: it exports the driver functions a training
-//! job's host side calls (same C names and ABIs as cuda.h), runs the queued work on two device
-//! threads per process with real timing, and records what the "device" did in the shared state
-//! that the simulated NVML reports from. See `engine` for timing, `tables` for stream order.
+//! job's host side calls (same C names and ABIs as cuda.h), runs the queued work on three device
+//! threads per GPU and process (compute, copy, comm) with real timing, and records what the
+//! "device" did in the shared state that the simulated NVML reports from. One export is not
+//! CUDA's: `simgpuLaunchCommKernel`, the simulated NCCL's kernel (see `api_launch`). See `engine`
+//! for timing, `tables` for stream order.
 //!
 //! Every exported function runs its body under [`guarded`]: a panic becomes
 //! `CUDA_ERROR_UNKNOWN` instead of unwinding into C.

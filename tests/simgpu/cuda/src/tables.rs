@@ -6,6 +6,12 @@
 //! Stream ordering follows the legacy default stream: work on the NULL stream waits for all
 //! earlier work in the context's blocking streams, and work on a blocking stream waits for
 //! earlier NULL-stream work. `CU_STREAM_NON_BLOCKING` streams only wait for themselves.
+//!
+//! What a stream has pending is its tail (last operation) plus the events it was told to wait
+//! for since (cuStreamWaitEvent): the work they were recorded after. The next operation
+//! submitted on the stream takes those as dependencies and becomes the tail, which then covers
+//! them; until then a stream sync, query, event record or context sync sees them directly, so a
+//! stream whose only pending thing is a waited event is not done until that event is.
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -29,12 +35,40 @@ pub struct Context {
     pub primary: bool,
     /// Tail of the NULL stream.
     pub default_tail: Option<Arc<Op>>,
+    /// Event waits of the NULL stream not yet absorbed by an operation.
+    pub default_waits: Vec<Arc<Op>>,
 }
 
 pub struct StreamInfo {
     pub ctx: u64,
     pub nonblocking: bool,
     pub tail: Option<Arc<Op>>,
+    /// Event waits not yet absorbed by an operation.
+    pub waits: Vec<Arc<Op>>,
+}
+
+impl StreamInfo {
+    /// A new, empty stream of context `ctx`.
+    pub fn new(ctx: u64, nonblocking: bool) -> Self {
+        StreamInfo {
+            ctx,
+            nonblocking,
+            tail: None,
+            waits: Vec::new(),
+        }
+    }
+}
+
+impl Context {
+    /// A new context on GPU `device`, its NULL stream empty.
+    pub fn new(device: u32, primary: bool) -> Self {
+        Context {
+            device,
+            primary,
+            default_tail: None,
+            default_waits: Vec::new(),
+        }
+    }
 }
 
 /// Where a recorded event sits: after `after`, reached no earlier than `recorded_ns`.
@@ -115,64 +149,93 @@ impl Tables {
         Some(self.contexts.get(&ctx)?.device)
     }
 
-    /// The last operation queued on `key`: once it is done, all earlier work of the stream is.
-    pub fn tail(&self, key: StreamKey) -> Option<&Arc<Op>> {
+    /// The tail and unabsorbed event waits of `key` (empty for a stream that does not exist).
+    fn parts(&self, key: StreamKey) -> (Option<&Arc<Op>>, &[Arc<Op>]) {
         match key {
-            StreamKey::Default(ctx) => self.contexts.get(&ctx)?.default_tail.as_ref(),
-            StreamKey::Created(h) => self.streams.get(&h)?.tail.as_ref(),
+            StreamKey::Default(ctx) => self
+                .contexts
+                .get(&ctx)
+                .map_or((None, &[]), |c| (c.default_tail.as_ref(), &c.default_waits)),
+            StreamKey::Created(h) => self
+                .streams
+                .get(&h)
+                .map_or((None, &[]), |s| (s.tail.as_ref(), &s.waits)),
         }
+    }
+
+    /// What `key` itself has pending: its last operation (once that is done, all earlier work
+    /// of the stream is) and the event waits queued since, those not done yet.
+    pub fn own_pending(&self, key: StreamKey) -> Vec<Arc<Op>> {
+        let (tail, waits) = self.parts(key);
+        tail.into_iter()
+            .chain(waits)
+            .filter(|op| !op.is_done())
+            .cloned()
+            .collect()
     }
 
     /// Pending work that new work on `key` must wait for.
     pub fn pending_before(&self, key: StreamKey) -> Vec<Arc<Op>> {
-        let mut deps: Vec<Arc<Op>> = self.tail(key).into_iter().cloned().collect();
+        let mut deps = self.own_pending(key);
         match key {
-            StreamKey::Default(ctx) => deps.extend(
-                self.streams
-                    .values()
-                    .filter(|s| s.ctx == ctx && !s.nonblocking)
-                    .filter_map(|s| s.tail.clone()),
-            ),
+            StreamKey::Default(ctx) => {
+                let blocking: Vec<u64> = self
+                    .streams
+                    .iter()
+                    .filter(|(_, s)| s.ctx == ctx && !s.nonblocking)
+                    .map(|(h, _)| *h)
+                    .collect();
+                for h in blocking {
+                    deps.extend(self.own_pending(StreamKey::Created(h)));
+                }
+            }
             StreamKey::Created(h) => {
                 if let Some(s) = self.streams.get(&h).filter(|s| !s.nonblocking) {
-                    deps.extend(self.tail(StreamKey::Default(s.ctx)).cloned());
+                    deps.extend(self.own_pending(StreamKey::Default(s.ctx)));
                 }
             }
         }
-        deps.retain(|op| !op.is_done());
         deps
     }
 
-    /// Makes `op` the last operation of `key`.
+    /// Makes `op` the last operation of `key`. `op` was submitted after [`Tables::pending_before`]
+    /// of `key`, so it depends on the stream's event waits: they are absorbed into it.
     pub fn set_tail(&mut self, key: StreamKey, op: Arc<Op>) {
         match key {
             StreamKey::Default(ctx) => {
                 if let Some(c) = self.contexts.get_mut(&ctx) {
                     c.default_tail = Some(op);
+                    c.default_waits.clear();
                 }
             }
             StreamKey::Created(h) => {
                 if let Some(s) = self.streams.get_mut(&h) {
                     s.tail = Some(op);
+                    s.waits.clear();
                 }
             }
         }
     }
 
-    /// All pending work of context `ctx` (cuCtxSynchronize).
+    /// cuStreamWaitEvent: work queued on `key` from now on waits for `ops` (an event's recorded
+    /// work) too. Ops already done are dropped, and so are the stream's waits done by now.
+    pub fn add_waits(&mut self, key: StreamKey, ops: Vec<Arc<Op>>) {
+        let waits = match key {
+            StreamKey::Default(ctx) => self.contexts.get_mut(&ctx).map(|c| &mut c.default_waits),
+            StreamKey::Created(h) => self.streams.get_mut(&h).map(|s| &mut s.waits),
+        };
+        if let Some(waits) = waits {
+            waits.retain(|op| !op.is_done());
+            waits.extend(ops.into_iter().filter(|op| !op.is_done()));
+        }
+    }
+
+    /// All pending work of context `ctx` (cuCtxSynchronize), event waits included.
     pub fn pending_in_ctx(&self, ctx: u64) -> Vec<Arc<Op>> {
-        let mut ops: Vec<Arc<Op>> = self
-            .tail(StreamKey::Default(ctx))
-            .into_iter()
-            .cloned()
-            .collect();
-        ops.extend(
-            self.streams
-                .values()
-                .filter(|s| s.ctx == ctx)
-                .filter_map(|s| s.tail.clone()),
-        );
-        ops.retain(|op| !op.is_done());
+        let mut ops = self.own_pending(StreamKey::Default(ctx));
+        for (h, _) in self.streams.iter().filter(|(_, s)| s.ctx == ctx) {
+            ops.extend(self.own_pending(StreamKey::Created(*h)));
+        }
         ops
     }
 
@@ -229,28 +292,90 @@ mod tests {
     fn tables_with_ctx() -> (Tables, u64) {
         let mut t = Tables::default();
         let ctx = t.new_handle();
-        t.contexts.insert(
-            ctx,
-            Context {
-                device: 1,
-                primary: false,
-                default_tail: None,
-            },
-        );
+        t.contexts.insert(ctx, Context::new(1, false));
         (t, ctx)
     }
 
     fn add_stream(t: &mut Tables, ctx: u64, nonblocking: bool) -> u64 {
         let h = t.new_handle();
-        t.streams.insert(
-            h,
-            StreamInfo {
-                ctx,
-                nonblocking,
-                tail: None,
-            },
-        );
+        t.streams.insert(h, StreamInfo::new(ctx, nonblocking));
         h
+    }
+
+    fn kernel() -> Work {
+        Work::Kernel {
+            duration_ns: 0,
+            sm_share_pct: 90,
+        }
+    }
+
+    fn holds(ops: &[Arc<Op>], op: &Arc<Op>) -> bool {
+        ops.iter().any(|o| Arc::ptr_eq(o, op))
+    }
+
+    #[test]
+    fn event_waits_are_pending_until_absorbed() {
+        // Ops are never run here (no engine threads), so all stay pending.
+        static ENGINES: Engines = Engines::new();
+        let op = || ENGINES.submit(kernel(), Vec::new());
+        let (mut t, ctx) = tables_with_ctx();
+        let (a, b, c) = (
+            add_stream(&mut t, ctx, true),
+            add_stream(&mut t, ctx, true),
+            add_stream(&mut t, ctx, true),
+        );
+        let (sa, sb, sc) = (
+            StreamKey::Created(a),
+            StreamKey::Created(b),
+            StreamKey::Created(c),
+        );
+        // K1 on A; an event recorded on A is after it; B waits for that event.
+        let k1 = op();
+        t.set_tail(sa, k1.clone());
+        let event = t.pending_before(sa);
+        t.add_waits(sb, event);
+        // B's only pending thing is the wait: a sync or query of B sees K1.
+        assert!(holds(&t.own_pending(sb), &k1));
+        assert!(
+            holds(&t.pending_before(sb), &k1),
+            "K2 on B will wait for K1"
+        );
+        assert!(t.pending_before(sc).is_empty(), "C does not");
+        assert_eq!(
+            t.pending_in_ctx(ctx).len(),
+            2,
+            "K1 as A's tail and as B's wait"
+        );
+        // An event recorded on B now covers K1 too.
+        let on_b = t.pending_before(sb);
+        assert!(holds(&on_b, &k1));
+        // K2 absorbs the wait: B's pending work is K2 alone, which depends on K1.
+        let k2 = ENGINES.submit(kernel(), t.pending_before(sb));
+        t.set_tail(sb, k2.clone());
+        let pending = t.own_pending(sb);
+        assert_eq!(pending.len(), 1);
+        assert!(Arc::ptr_eq(&pending[0], &k2));
+        // A never-recorded event has no work: waiting for it adds nothing.
+        t.add_waits(sc, Vec::new());
+        assert!(t.own_pending(sc).is_empty());
+    }
+
+    #[test]
+    fn the_null_stream_and_blocking_streams_see_each_others_waits() {
+        static ENGINES: Engines = Engines::new();
+        let op = || ENGINES.submit(kernel(), Vec::new());
+        let (mut t, ctx) = tables_with_ctx();
+        let blocking = add_stream(&mut t, ctx, false);
+        let nonblocking = add_stream(&mut t, ctx, true);
+        let k = op();
+        t.set_tail(StreamKey::Created(nonblocking), k.clone());
+        t.add_waits(StreamKey::Created(blocking), vec![k.clone()]);
+        // Legacy NULL-stream work waits for the blocking stream, wait included.
+        assert!(holds(&t.pending_before(StreamKey::Default(ctx)), &k));
+        t.add_waits(StreamKey::Default(ctx), vec![k.clone()]);
+        let other = add_stream(&mut t, ctx, false);
+        assert!(holds(&t.pending_before(StreamKey::Created(other)), &k));
+        assert!(t.own_pending(StreamKey::Created(other)).is_empty());
     }
 
     #[test]
@@ -266,7 +391,7 @@ mod tests {
     fn legacy_stream_ordering() {
         // Ops are never run here (no engine threads), so all stay pending.
         static ENGINES: Engines = Engines::new();
-        let op = || ENGINES.submit(Work::Kernel { duration_ns: 0 }, Vec::new());
+        let op = || ENGINES.submit(kernel(), Vec::new());
         let (mut t, ctx) = tables_with_ctx();
         let blocking = add_stream(&mut t, ctx, false);
         let nonblocking = add_stream(&mut t, ctx, true);

@@ -14,6 +14,7 @@ use crate::types::{
     NCCL_INVALID_ARGUMENT, NCCL_INVALID_USAGE, NCCL_SYSTEM_ERROR, NCCL_UNHANDLED_CUDA_ERROR,
     NcclResult, UNIQUE_ID_BYTES, ncclUniqueId,
 };
+use crate::wait::WaitMode;
 
 /// First bytes of a unique id this library made.
 const ID_MAGIC: &[u8; 8] = b"SIMNCCL1";
@@ -37,6 +38,8 @@ pub struct Comm {
     pub kernel: usize,
     /// Link rate for transfer times, bytes per second.
     pub bytes_per_s: f64,
+    /// How the rank's stream waits for the peers (`STALLSCOPE_SIMGPU_NCCL_WAIT`).
+    pub wait: WaitMode,
     pub counters: Mutex<Counters>,
     /// Set when a peer died during an operation (ncclCommGetAsyncError reports it).
     pub failed: AtomicBool,
@@ -129,6 +132,15 @@ pub fn init_rank(nranks: i32, id: &ncclUniqueId, rank: i32) -> NcclResult<usize>
             eprintln!("simgpu: ncclCommInitRank: {e}");
             NCCL_UNHANDLED_CUDA_ERROR
         })?;
+    let wait = WaitMode::from_env();
+    if matches!(wait, WaitMode::Busy { .. }) && cuda.launch_comm_kernel.is_none() {
+        eprintln!(
+            "simgpu: ncclCommInitRank: libcuda.so.1 has no simgpuLaunchCommKernel (not the \
+             simulated driver?); set {}=idle",
+            crate::wait::WAIT_ENV
+        );
+        return Err(NCCL_UNHANDLED_CUDA_ERROR);
+    }
     let rdv = Rendezvous::open(&path, n).map_err(|e| {
         eprintln!("simgpu: ncclCommInitRank: {}: {e}", path.display());
         NCCL_SYSTEM_ERROR
@@ -147,6 +159,7 @@ pub fn init_rank(nranks: i32, id: &ncclUniqueId, rank: i32) -> NcclResult<usize>
         rdv: Arc::new(rdv),
         kernel: kernel as usize,
         bytes_per_s: cost::rate_from_setting(std::env::var(cost::RATE_ENV).ok().as_deref()),
+        wait,
         counters: Mutex::new(Counters {
             collectives: 0,
             sends: vec![0; n],

@@ -1,12 +1,18 @@
 //! The CUDA driver entry points a communicator needs, resolved in the libcuda.so.1 the process
 //! already uses (the simulated one), so that NCCL's work goes through the exported symbols as
-//! the real library's does.
+//! the real library's does. One of them is not CUDA's: `simgpuLaunchCommKernel`, the simulated
+//! driver's kernel that waits for the peers while it occupies the GPU (real NCCL waits inside
+//! its kernel, and host code cannot run in a simulated kernel any other way).
 use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
 use std::sync::OnceLock;
 
 pub type CUresult = c_int;
 pub type Handle = *mut c_void;
 pub type HostFn = unsafe extern "C" fn(*mut c_void);
+/// The simulated driver's `simgpuLaunchCommKernel(stream, wait, data, transfer_ns,
+/// sm_share_pct)`: a comm-lane kernel that calls `wait(data)` and then spins `transfer_ns`.
+pub type CommKernelFn =
+    unsafe extern "C" fn(Handle, Option<HostFn>, *mut c_void, u64, c_uint) -> CUresult;
 
 pub struct Cuda {
     pub ctx_get_current: unsafe extern "C" fn(*mut Handle) -> CUresult,
@@ -26,6 +32,8 @@ pub struct Cuda {
         *mut *mut c_void,
     ) -> CUresult,
     pub launch_host_func: unsafe extern "C" fn(Handle, HostFn, *mut c_void) -> CUresult,
+    /// Only the simulated driver has it; without it only the idle wait works.
+    pub launch_comm_kernel: Option<CommKernelFn>,
 }
 
 /// The kernel that stands for NCCL's: it occupies the GPU for its only parameter's nanoseconds
@@ -73,6 +81,7 @@ fn load() -> Result<Cuda, String> {
             module_get_function: sym(lib, c"cuModuleGetFunction")?,
             launch_kernel: sym(lib, c"cuLaunchKernel")?,
             launch_host_func: sym(lib, c"cuLaunchHostFunc")?,
+            launch_comm_kernel: sym(lib, c"simgpuLaunchCommKernel").ok(),
         })
     }
 }

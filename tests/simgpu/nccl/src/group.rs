@@ -1,10 +1,12 @@
 //! Queuing operations on streams, and NCCL groups.
 //!
-//! An operation becomes two entries on its stream: a host function that publishes this rank's
-//! arrival and waits for the peers (the GPU idles meanwhile), then the stand-in kernel for the
-//! data movement (the GPU is busy). The call itself returns at once, as NCCL's does. Operations
-//! between ncclGroupStart and ncclGroupEnd are fused per (communicator, stream): all arrivals
-//! are published before any wait, so a send and a receive in one group cannot deadlock.
+//! An operation becomes one comm kernel on its stream (the busy wait, the default): it occupies
+//! the GPU, publishes this rank's arrival, waits for the peers and then spins for the data
+//! movement. With the idle wait it becomes two entries: a host function that publishes and
+//! waits (the GPU idles meanwhile), then the stand-in kernel for the data movement (the GPU is
+//! busy). The call itself returns at once, as NCCL's does. Operations between ncclGroupStart
+//! and ncclGroupEnd are fused per (communicator, stream) into one such unit: all arrivals are
+//! published before any wait, so a send and a receive in one group cannot deadlock.
 use std::cell::RefCell;
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -15,6 +17,7 @@ use crate::cost::{self, Kind};
 use crate::cuda::{Handle, cuda};
 use crate::rendezvous::{Mark, Rendezvous};
 use crate::types::{NCCL_INVALID_USAGE, NCCL_UNHANDLED_CUDA_ERROR, NcclResult};
+use crate::wait::WaitMode;
 
 /// One operation as called.
 pub struct Queued {
@@ -66,7 +69,8 @@ pub fn enqueue(op: Queued) -> NcclResult<()> {
     alone.map_or(Ok(()), |op| submit(vec![op]))
 }
 
-/// What one host function does on the stream: publish, then wait for, these marks.
+/// What one wait on the stream does (a host function, or the comm kernel's wait): publish,
+/// then wait for, these marks.
 struct Step {
     comm: Arc<Comm>,
     rdv: Arc<Rendezvous>,
@@ -134,24 +138,40 @@ fn submit_batch(batch: &[Queued]) -> NcclResult<()> {
         comm: Arc::clone(&comm),
     });
     let data = Box::into_raw(step).cast::<c_void>();
-    // SAFETY: `run_step` takes back the box passed as `data`, exactly once, when the stream
-    // reaches it.
-    let rc = unsafe { (cuda.launch_host_func)(stream, run_step, data) };
-    if rc != 0 {
-        // SAFETY: the driver refused the host function, so it will never run: the box is ours.
+    // Takes the box back when the driver refused the work: `run_step` will never run.
+    let refused = |call: &str, rc| {
+        // SAFETY: the driver did not queue `run_step`, so the box is still ours, once.
         drop(unsafe { Box::from_raw(data.cast::<Step>()) });
-        eprintln!("simgpu: NCCL: cuLaunchHostFunc failed: {rc}");
-        return Err(NCCL_UNHANDLED_CUDA_ERROR);
-    }
-    let rc = cuda.launch(comm.kernel(), transfer_ns, stream);
-    if rc != 0 {
-        eprintln!("simgpu: NCCL: cuLaunchKernel failed: {rc}");
-        return Err(NCCL_UNHANDLED_CUDA_ERROR);
+        eprintln!("simgpu: NCCL: {call} failed: {rc}");
+        Err(NCCL_UNHANDLED_CUDA_ERROR)
+    };
+    match (comm.wait, cuda.launch_comm_kernel) {
+        (WaitMode::Busy { sm_share_pct }, Some(launch)) => {
+            // SAFETY: `run_step` takes back the box passed as `data`, exactly once, when the
+            // stream reaches the kernel; the stream is the caller's.
+            let rc = unsafe { launch(stream, Some(run_step), data, transfer_ns, sm_share_pct) };
+            if rc != 0 {
+                return refused("simgpuLaunchCommKernel", rc);
+            }
+        }
+        _ => {
+            // SAFETY: as above, when the stream reaches the host function.
+            let rc = unsafe { (cuda.launch_host_func)(stream, run_step, data) };
+            if rc != 0 {
+                return refused("cuLaunchHostFunc", rc);
+            }
+            let rc = cuda.launch(comm.kernel(), transfer_ns, stream);
+            if rc != 0 {
+                eprintln!("simgpu: NCCL: cuLaunchKernel failed: {rc}");
+                return Err(NCCL_UNHANDLED_CUDA_ERROR);
+            }
+        }
     }
     Ok(())
 }
 
-/// The host function: runs on the driver's engine thread once the stream gets here.
+/// The wait: runs on the driver's engine thread once the stream gets here (the compute engine's
+/// for a host function, the comm engine's inside a comm kernel).
 unsafe extern "C" fn run_step(data: *mut c_void) {
     // SAFETY: `data` is the box `submit_batch` leaked for this call, handed back once.
     let step = unsafe { Box::from_raw(data.cast::<Step>()) };

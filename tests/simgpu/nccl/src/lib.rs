@@ -3,10 +3,11 @@
 //! A test fixture: the ranks of a communicator are separate processes on simulated GPUs (the
 //! simulated `libcuda.so.1`). A collective only queues work on the caller's stream and returns,
 //! as NCCL does; when the stream gets there, the rank waits until every rank's stream has
-//! reached the same collective (`rendezvous`: a small shared file named after the unique id),
-//! with the GPU idle, and then runs a kernel for the transfer time (`cost`), with the GPU busy.
-//! The host thread sees the wait in its next stream sync. Every export runs under [`guarded`],
-//! so a panic becomes `ncclInternalError`.
+//! reached the same collective (`rendezvous`: a small shared file named after the unique id)
+//! and then moves the data for the transfer time (`cost`). By default both happen in one comm
+//! kernel, so the GPU is busy while it waits, as with real NCCL; `STALLSCOPE_SIMGPU_NCCL_WAIT=idle`
+//! waits with the GPU idle instead (`wait`). The host thread sees the wait in its next stream
+//! sync. Every export runs under [`guarded`], so a panic becomes `ncclInternalError`.
 mod api;
 mod api_coll;
 mod comm;
@@ -15,6 +16,7 @@ mod cuda;
 mod group;
 mod rendezvous;
 mod types;
+mod wait;
 
 use types::{NCCL_INTERNAL_ERROR, NCCL_INVALID_ARGUMENT, NCCL_SUCCESS, NcclResult, ncclResult_t};
 

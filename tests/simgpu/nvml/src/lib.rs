@@ -2,12 +2,14 @@
 //!
 //! A test fixture: it exports the NVML functions that nvml-wrapper 0.13 calls for the readings
 //! stallscope uses, and answers from what the simulated CUDA library recorded in the shared
-//! state (utilization samples, processes, PCIe link and traffic). Every other NVML symbol is
+//! state (utilization samples, processes, PCIe link and traffic, GPM's SM activity). Every other NVML symbol is
 //! missing on purpose: nvml-wrapper then reports `FailedToLoadSymbol` for it, as with an old
 //! driver. Every export runs under [`guarded`], so a panic becomes `NVML_ERROR_UNKNOWN`.
 mod api_activity;
+mod api_gpm;
 mod api_identity;
 mod api_system;
+mod gpm;
 mod readings;
 mod state;
 mod types;

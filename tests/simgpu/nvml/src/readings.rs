@@ -9,7 +9,8 @@ use simgpu_state::device::{
 };
 
 use crate::types::{
-    CLOCKS_EVENT_REASON_GPU_IDLE, NVML_CLOCK_GRAPHICS, NVML_CLOCK_MEM, NVML_CLOCK_SM,
+    CLOCKS_EVENT_REASON_GPU_IDLE, CLOCKS_EVENT_REASON_HW_SLOWDOWN,
+    CLOCKS_EVENT_REASON_SW_THERMAL_SLOWDOWN, NVML_CLOCK_GRAPHICS, NVML_CLOCK_MEM, NVML_CLOCK_SM,
     NVML_CLOCK_VIDEO,
 };
 
@@ -19,12 +20,15 @@ fn between(idle: u32, busy: u32, percent: u32) -> u32 {
     idle + span as u32
 }
 
-/// Current clock in MHz: SM and graphics boost while a kernel ran in the last sample period.
+/// Current clock in MHz: SM and graphics boost while a kernel ran in the last sample period; a
+/// throttled GPU's boost clock is divided by its slowdown factor (which is why its kernels take
+/// that much longer), and its idle clock is at most that.
 pub fn clock_mhz(snap: &Snapshot, clock: c_uint) -> Option<u32> {
     let busy = snap.busy_recently();
+    let boost = (f64::from(SM_CLOCK_BUSY_MHZ) / snap.throttle_factor()).round() as u32;
     match clock {
-        NVML_CLOCK_GRAPHICS | NVML_CLOCK_SM if busy => Some(SM_CLOCK_BUSY_MHZ),
-        NVML_CLOCK_GRAPHICS | NVML_CLOCK_SM => Some(SM_CLOCK_IDLE_MHZ),
+        NVML_CLOCK_GRAPHICS | NVML_CLOCK_SM if busy => Some(boost),
+        NVML_CLOCK_GRAPHICS | NVML_CLOCK_SM => Some(SM_CLOCK_IDLE_MHZ.min(boost)),
         NVML_CLOCK_MEM => Some(MEM_CLOCK_MHZ),
         NVML_CLOCK_VIDEO => Some(VIDEO_CLOCK_MHZ),
         _ => None,
@@ -51,13 +55,20 @@ pub fn temperature_c(snap: &Snapshot) -> u32 {
     between(TEMP_IDLE_C, TEMP_BUSY_C, snap.last_period_pct())
 }
 
-/// Clock-event ("throttle") reasons: GPU idle when no kernel ran in the last sample period.
+/// Clock-event ("throttle") reasons: GPU idle when no kernel ran in the last sample period;
+/// software thermal and hardware slowdown while the GPU is throttled, busy or not.
 pub fn clock_event_reasons(snap: &Snapshot) -> c_ulonglong {
-    if snap.busy_recently() {
+    let idle = if snap.busy_recently() {
         0
     } else {
         CLOCKS_EVENT_REASON_GPU_IDLE
-    }
+    };
+    let slowdown = if snap.throttled() {
+        CLOCKS_EVENT_REASON_SW_THERMAL_SLOWDOWN | CLOCKS_EVENT_REASON_HW_SLOWDOWN
+    } else {
+        0
+    };
+    idle | slowdown
 }
 
 #[cfg(test)]
@@ -92,6 +103,27 @@ mod tests {
         let half = snapshot(0.5);
         assert_eq!(power_mw(&half), 400_000);
         assert_eq!(temperature_c(&half), 52);
+    }
+
+    #[test]
+    fn a_throttled_device_slows_its_clock_and_says_why() {
+        let mut busy = snapshot(1.0);
+        busy.throttle_milli = 2000;
+        assert_eq!(clock_mhz(&busy, NVML_CLOCK_SM), Some(990));
+        let slowdown = CLOCKS_EVENT_REASON_SW_THERMAL_SLOWDOWN | CLOCKS_EVENT_REASON_HW_SLOWDOWN;
+        assert_eq!(clock_event_reasons(&busy), slowdown);
+        let mut idle = snapshot(0.0);
+        idle.throttle_milli = 8000;
+        assert_eq!(clock_mhz(&idle, NVML_CLOCK_SM), Some(248));
+        assert_eq!(
+            clock_event_reasons(&idle),
+            slowdown | CLOCKS_EVENT_REASON_GPU_IDLE
+        );
+        assert_eq!(
+            clock_mhz(&idle, NVML_CLOCK_MEM),
+            Some(2619),
+            "memory keeps its clock"
+        );
     }
 
     #[test]

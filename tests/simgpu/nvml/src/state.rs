@@ -21,6 +21,10 @@ static INITS: AtomicU32 = AtomicU32::new(0);
 static DEVICE: OnceLock<SharedState> = OnceLock::new();
 /// Sample timestamp clock, read from the environment at the first nvmlInit.
 static CLOCK: OnceLock<SampleClock> = OnceLock::new();
+/// Env var: `0` makes the GPUs pre-Hopper boards without GPM. Read at the first nvmlInit.
+pub const GPM_ENV: &str = "STALLSCOPE_SIMGPU_GPM";
+/// Whether the GPUs have GPM, from the environment at the first nvmlInit.
+static GPM: OnceLock<bool> = OnceLock::new();
 /// What the device handles point at: the address of element i is GPU i's handle, and nothing
 /// reads them.
 static DEVICE_TOKENS: [u8; MAX_DEVICES] = [0; MAX_DEVICES];
@@ -37,6 +41,7 @@ pub fn init() -> NvResult<()> {
     }
     CLOCK
         .get_or_init(|| SampleClock::from_setting(std::env::var(SAMPLE_CLOCK_ENV).ok().as_deref()));
+    GPM.get_or_init(|| gpm_from_setting(std::env::var(GPM_ENV).ok().as_deref()));
     INITS.fetch_add(1, Ordering::AcqRel);
     Ok(())
 }
@@ -62,6 +67,19 @@ pub fn sample_clock() -> SampleClock {
     CLOCK.get().copied().unwrap_or_default()
 }
 
+/// Whether the GPUs support GPM (Hopper and newer do; `STALLSCOPE_SIMGPU_GPM=0` says no).
+pub fn gpm_supported() -> bool {
+    GPM.get().copied().unwrap_or(true)
+}
+
+/// GPM support from `STALLSCOPE_SIMGPU_GPM`'s value: off for `0`, `off`, `false` or `no`.
+fn gpm_from_setting(value: Option<&str>) -> bool {
+    !matches!(
+        value.map(|v| v.trim().to_ascii_lowercase()).as_deref(),
+        Some("0" | "off" | "false" | "no")
+    )
+}
+
 /// The handle of GPU `index` (which the caller checked against the device count).
 pub fn device_handle(index: u32) -> nvmlDevice_t {
     (&raw const DEVICE_TOKENS[index as usize % MAX_DEVICES])
@@ -85,4 +103,17 @@ pub fn snapshot(device_arg: nvmlDevice_t) -> NvResult<Snapshot> {
     let gpu = checked(device_arg)?;
     gpu.reap_dead();
     Ok(gpu.snapshot())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gpm_is_on_unless_switched_off() {
+        assert!(gpm_from_setting(None));
+        assert!(gpm_from_setting(Some("1")));
+        assert!(!gpm_from_setting(Some("0")));
+        assert!(!gpm_from_setting(Some(" OFF ")));
+    }
 }

@@ -31,6 +31,10 @@ pub const NVML_CLOCK_VIDEO: c_uint = 3;
 pub const NVML_TEMPERATURE_GPU: c_uint = 0;
 /// nvmlClocksEventReasonGpuIdle (formerly ...ThrottleReason...).
 pub const CLOCKS_EVENT_REASON_GPU_IDLE: c_ulonglong = 0x1;
+/// nvmlClocksEventReasonHwSlowdown: the hardware slows the clocks (thermal or power brake).
+pub const CLOCKS_EVENT_REASON_HW_SLOWDOWN: c_ulonglong = 0x8;
+/// nvmlClocksEventReasonSwThermalSlowdown: the driver holds clocks down to cool the GPU.
+pub const CLOCKS_EVENT_REASON_SW_THERMAL_SLOWDOWN: c_ulonglong = 0x20;
 /// gpuInstanceId / computeInstanceId when the GPU is not partitioned (MIG off).
 pub const NO_INSTANCE: c_uint = 0xFFFF_FFFF;
 
@@ -105,6 +109,67 @@ pub struct nvmlPciInfo_t {
     pub busId: [c_char; 32],
 }
 
+/// `NVML_GPM_SUPPORT_VERSION` and `NVML_GPM_METRICS_GET_VERSION` (nvml.h: both 1).
+pub const NVML_GPM_SUPPORT_VERSION: c_uint = 1;
+pub const NVML_GPM_METRICS_GET_VERSION: c_uint = 1;
+/// `NVML_GPM_METRIC_MAX`: the length of `nvmlGpmMetricsGet_t.metrics` (12.8 headers; older
+/// headers had fewer entries, and only `numMetrics` of them are ever touched).
+pub const NVML_GPM_METRIC_MAX: usize = 210;
+/// The `nvmlGpmMetricId_t` values this library computes.
+pub const NVML_GPM_METRIC_GRAPHICS_UTIL: c_uint = 1;
+pub const NVML_GPM_METRIC_SM_UTIL: c_uint = 2;
+pub const NVML_GPM_METRIC_SM_OCCUPANCY: c_uint = 3;
+pub const NVML_GPM_METRIC_PCIE_TX_PER_SEC: c_uint = 20;
+pub const NVML_GPM_METRIC_PCIE_RX_PER_SEC: c_uint = 21;
+
+/// `nvmlGpmSample_t`: an opaque pointer the library hands out; ours is never dereferenced.
+pub type nvmlGpmSample_t = *mut c_void;
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct nvmlGpmSupport_t {
+    pub version: c_uint,
+    pub isSupportedDevice: c_uint,
+}
+
+/// The anonymous `metricInfo` struct of `nvmlGpmMetric_t`: static strings the library owns.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct nvmlGpmMetricInfo_t {
+    pub shortName: *mut c_char,
+    pub longName: *mut c_char,
+    pub unit: *mut c_char,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct nvmlGpmMetric_t {
+    /// IN: the metric to compute.
+    pub metricId: c_uint,
+    /// OUT: this metric's own result.
+    pub nvmlReturn: nvmlReturn_t,
+    pub value: f64,
+    pub metricInfo: nvmlGpmMetricInfo_t,
+}
+
+/// The head of `nvmlGpmMetricsGet_t`; `metrics` (`NVML_GPM_METRIC_MAX` entries) follows it.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct nvmlGpmMetricsGetHead_t {
+    pub version: c_uint,
+    pub numMetrics: c_uint,
+    pub sample1: nvmlGpmSample_t,
+    pub sample2: nvmlGpmSample_t,
+}
+
+/// `nvmlGpmMetricsGet_t` as nvml.h has it (used for layout checks and offsets).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct nvmlGpmMetricsGet_t {
+    pub head: nvmlGpmMetricsGetHead_t,
+    pub metrics: [nvmlGpmMetric_t; NVML_GPM_METRIC_MAX],
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -152,6 +217,48 @@ mod tests {
         assert_eq!(
             CLOCKS_EVENT_REASON_GPU_IDLE,
             u64::from(sys::nvmlClocksThrottleReasonGpuIdle)
+        );
+        assert_eq!(
+            CLOCKS_EVENT_REASON_HW_SLOWDOWN,
+            u64::from(sys::nvmlClocksThrottleReasonHwSlowdown)
+        );
+        assert_eq!(
+            CLOCKS_EVENT_REASON_SW_THERMAL_SLOWDOWN,
+            u64::from(sys::nvmlClocksThrottleReasonSwThermalSlowdown)
+        );
+        same!(nvmlGpmSupport_t, sys::nvmlGpmSupport_t);
+        same!(nvmlGpmMetric_t, sys::nvmlGpmMetric_t);
+        same!(nvmlGpmMetricInfo_t, sys::nvmlGpmMetric_t__bindgen_ty_1);
+        same!(nvmlGpmMetricsGet_t, sys::nvmlGpmMetricsGet_t);
+        assert_eq!(
+            std::mem::offset_of!(nvmlGpmMetricsGet_t, metrics),
+            std::mem::offset_of!(sys::nvmlGpmMetricsGet_t, metrics)
+        );
+        assert_eq!(std::mem::offset_of!(nvmlGpmMetric_t, metricInfo), 16);
+        assert_eq!(NVML_GPM_SUPPORT_VERSION, sys::NVML_GPM_SUPPORT_VERSION);
+        assert_eq!(
+            NVML_GPM_METRICS_GET_VERSION,
+            sys::NVML_GPM_METRICS_GET_VERSION
+        );
+        assert_eq!(
+            NVML_GPM_METRIC_MAX,
+            sys::nvmlGpmMetricId_t_NVML_GPM_METRIC_MAX as usize
+        );
+        assert_eq!(
+            (
+                NVML_GPM_METRIC_GRAPHICS_UTIL,
+                NVML_GPM_METRIC_SM_UTIL,
+                NVML_GPM_METRIC_SM_OCCUPANCY,
+                NVML_GPM_METRIC_PCIE_TX_PER_SEC,
+                NVML_GPM_METRIC_PCIE_RX_PER_SEC
+            ),
+            (
+                sys::nvmlGpmMetricId_t_NVML_GPM_METRIC_GRAPHICS_UTIL,
+                sys::nvmlGpmMetricId_t_NVML_GPM_METRIC_SM_UTIL,
+                sys::nvmlGpmMetricId_t_NVML_GPM_METRIC_SM_OCCUPANCY,
+                sys::nvmlGpmMetricId_t_NVML_GPM_METRIC_PCIE_TX_PER_SEC,
+                sys::nvmlGpmMetricId_t_NVML_GPM_METRIC_PCIE_RX_PER_SEC
+            )
         );
     }
 }

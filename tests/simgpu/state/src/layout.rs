@@ -11,19 +11,19 @@
 //! | part      | size                        | holds                                        |
 //! |-----------|-----------------------------|----------------------------------------------|
 //! | header    | 32 bytes                    | magic, init flag, device count, clock offsets |
-//! | devices   | `MAX_DEVICES` × 709,184 bytes | one [`DeviceState`] each; only the first `device_count` are used |
+//! | devices   | `MAX_DEVICES` × 855,248 bytes | one [`DeviceState`] each; only the first `device_count` are used |
 //!
 //! | device part | size                      | holds                                          |
 //! |-------------|---------------------------|------------------------------------------------|
-//! | header      | 64 bytes                  | lock, PCIe link, union-busy tracker, totals    |
-//! | buckets     | `BUCKET_RING` × 32 bytes  | per-bucket busy ns (union over processes), PCIe tx/rx bytes |
-//! | processes   | `MAX_PROCS` × 2,080 bytes | pid, live contexts, memory used, busy ns, running kernel, per-period busy ring |
+//! | header      | 80 bytes                  | lock, PCIe link, throttle, union-busy tracker, totals (busy, SM-active, PCIe) |
+//! | buckets     | `BUCKET_RING` × 40 bytes  | per-bucket busy ns (union over processes), SM-active ns (sum over kernels), PCIe tx/rx bytes |
+//! | processes   | `MAX_PROCS` × 2,112 bytes | pid, live contexts, memory used, busy ns, open busy interval, the kernel running on each of its [`LANES`] lanes and its SM share, per-period busy ring |
 //!
 //! Unused devices cost nothing: the file is sparse and their pages are never touched.
 use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64};
 
 /// "SIMGPU" plus the layout version in the low byte: bump it whenever this file changes.
-pub const MAGIC: u64 = 0x5349_4d47_5055_0000 | 2;
+pub const MAGIC: u64 = 0x5349_4d47_5055_0000 | 3;
 
 /// Width of one accounting bucket: 3.33334 ms. 50 of them are 166.667 ms (NVML's 1/6 s sample
 /// period on data-center boards) and 6 of them are 20.00004 ms (NVML's PCIe counter window).
@@ -41,6 +41,10 @@ pub const MAX_PROCS: usize = 64;
 pub const MAX_DEVICES: usize = 8;
 /// Per-process ring of per-period busy time: 128 periods, about 21 s.
 pub const PROC_PERIODS: usize = 128;
+/// Kernels one process can run at once: one per [`crate::lane::Lane`].
+pub const LANES: usize = 2;
+/// `throttle_milli` of a GPU that runs at full speed.
+pub const UNTHROTTLED_MILLI: u32 = 1000;
 
 /// `init` values: never touched, being filled by its creator, ready.
 pub const INIT_EMPTY: u32 = 0;
@@ -54,6 +58,9 @@ pub struct Bucket {
     pub tag: AtomicU64,
     /// Nanoseconds in this bucket during which at least one kernel ran (any process).
     pub busy_ns: AtomicU64,
+    /// SM-active nanoseconds: each kernel's overlap with the bucket times its SM share, summed
+    /// over concurrent kernels (so it may exceed the bucket's length; readers cap it).
+    pub sm_ns: AtomicU64,
     /// Copy bytes device to host (NVML "TX", seen from the GPU).
     pub tx_bytes: AtomicU64,
     /// Copy bytes host to device (NVML "RX").
@@ -67,6 +74,16 @@ pub struct PeriodBusy {
     pub busy_ns: AtomicU64,
 }
 
+/// The kernel one lane of a process runs now.
+#[repr(C)]
+pub struct LaneSlot {
+    /// Start of the kernel running on this lane, 0 when none.
+    pub start_ns: AtomicU64,
+    /// Its SM share in percent (0 to 100).
+    pub sm_share_pct: AtomicU32,
+    pub _reserved: AtomicU32,
+}
+
 /// One process holding at least one context. `pid == 0` marks a free slot.
 #[repr(C)]
 pub struct ProcSlot {
@@ -74,10 +91,15 @@ pub struct ProcSlot {
     /// Live contexts of this process (created plus retained primary contexts).
     pub contexts: AtomicU32,
     pub mem_used_bytes: AtomicU64,
-    /// Total kernel time of this process since it registered.
+    /// Total kernel time of this process since it registered: the union over its lanes, of
+    /// closed busy intervals.
     pub busy_total_ns: AtomicU64,
-    /// Start of the kernel running now, 0 when none.
-    pub kernel_start_ns: AtomicU64,
+    /// When the process's open busy interval began (the first of its lanes started), 0 while
+    /// none of its lanes runs a kernel.
+    pub union_start_ns: AtomicU64,
+    /// Indexed by [`crate::lane::Lane::index`].
+    pub lanes: [LaneSlot; LANES],
+    /// Per-period busy time, the union over its lanes.
     pub periods: [PeriodBusy; PROC_PERIODS],
 }
 
@@ -90,13 +112,19 @@ pub struct DeviceState {
     pub pcie_width: AtomicU32,
     pub pcie_max_gen: AtomicU32,
     pub pcie_max_width: AtomicU32,
-    /// Kernels running now, over all processes; the device is busy while this is non-zero.
+    /// Kernels running now, over all processes and lanes; the device is busy while this is
+    /// non-zero.
     pub active_kernels: AtomicU32,
+    /// Kernel slowdown in thousandths ([`UNTHROTTLED_MILLI`] or 0: full speed).
+    pub throttle_milli: AtomicU32,
+    pub _reserved: AtomicU32,
     pub mem_total_bytes: AtomicU64,
     /// When `active_kernels` last went from 0 to 1.
     pub union_start_ns: AtomicU64,
     /// Total busy time (union over processes) of closed busy intervals.
     pub busy_total_ns: AtomicU64,
+    /// SM-active time of ended kernels: each one's duration times its SM share, summed.
+    pub sm_total_ns: AtomicU64,
     pub tx_total_bytes: AtomicU64,
     pub rx_total_bytes: AtomicU64,
     pub buckets: [Bucket; BUCKET_RING],
@@ -123,13 +151,27 @@ pub const DEVICE_STATE_BYTES: usize = std::mem::size_of::<DeviceState>();
 /// Size of the state file in bytes.
 pub const STATE_FILE_BYTES: usize = std::mem::size_of::<StateFile>();
 
-const _: () = assert!(std::mem::size_of::<Bucket>() == 32);
-const _: () = assert!(std::mem::size_of::<ProcSlot>() == 32 + PROC_PERIODS * 16);
+const _: () = assert!(std::mem::size_of::<Bucket>() == 40);
+const _: () = assert!(std::mem::size_of::<LaneSlot>() == 16);
+const _: () = assert!(std::mem::size_of::<ProcSlot>() == 32 + LANES * 16 + PROC_PERIODS * 16);
 const _: () = assert!(
-    DEVICE_STATE_BYTES == 64 + BUCKET_RING * 32 + MAX_PROCS * (32 + PROC_PERIODS * 16),
+    DEVICE_STATE_BYTES == 80 + BUCKET_RING * 40 + MAX_PROCS * (32 + LANES * 16 + PROC_PERIODS * 16),
     "the device header has implicit padding: fix the field order"
 );
 const _: () = assert!(
     STATE_FILE_BYTES == 32 + MAX_DEVICES * DEVICE_STATE_BYTES,
     "the file header has implicit padding: fix the field order"
 );
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The sizes the table at the top of this file states.
+    #[test]
+    fn sizes_match_the_documented_table() {
+        assert_eq!(DEVICE_STATE_BYTES, 855_248);
+        assert_eq!(std::mem::size_of::<ProcSlot>(), 2_112);
+        assert_eq!(STATE_FILE_BYTES, 32 + 8 * 855_248);
+    }
+}

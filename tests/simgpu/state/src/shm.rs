@@ -13,6 +13,7 @@ use crate::device::MEMORY_TOTAL_BYTES;
 use crate::gpu::Gpu;
 use crate::layout::{
     INIT_BUSY, INIT_EMPTY, INIT_READY, MAGIC, MAX_DEVICES, STATE_FILE_BYTES, StateFile,
+    UNTHROTTLED_MILLI,
 };
 use crate::pcie::PcieLink;
 
@@ -23,6 +24,9 @@ pub const DEFAULT_STATE_PATH: &str = "/dev/shm/stallscope-simgpu";
 pub const PCIE_ENV: &str = "STALLSCOPE_SIMGPU_PCIE";
 /// Number of GPUs (1 to 8), read by whichever process creates the file.
 pub const DEVICES_ENV: &str = "STALLSCOPE_SIMGPU_DEVICES";
+/// `"gpu:factor"` (comma-separated for several GPUs): GPUs whose kernels run `factor` times
+/// slower, as under a thermal slowdown; read by whichever process creates the file.
+pub const THROTTLE_ENV: &str = "STALLSCOPE_SIMGPU_THROTTLE";
 
 /// How long to wait for another process that is filling a new file.
 const INIT_WAIT: Duration = Duration::from_secs(2);
@@ -34,12 +38,14 @@ pub struct InitConfig {
     pub pcie: PcieLink,
     /// How many GPUs the machine has, 1 to [`MAX_DEVICES`].
     pub devices: u32,
+    /// Kernel slowdown factor of each GPU; 1.0 is full speed.
+    pub throttle: [f64; MAX_DEVICES],
 }
 
 impl InitConfig {
-    /// The config from the environment: `STALLSCOPE_SIMGPU_PCIE` (else gen5 x16) and
-    /// `STALLSCOPE_SIMGPU_DEVICES` (else 1). A bad value is reported on stderr and ignored, as a
-    /// driver ignores a bad module parameter.
+    /// The config from the environment: `STALLSCOPE_SIMGPU_PCIE` (else gen5 x16),
+    /// `STALLSCOPE_SIMGPU_DEVICES` (else 1) and `STALLSCOPE_SIMGPU_THROTTLE` (else none). A bad
+    /// value is reported on stderr and ignored, as a driver ignores a bad module parameter.
     pub fn from_env() -> Self {
         let pcie = match std::env::var(PCIE_ENV) {
             Ok(text) => PcieLink::parse(&text).unwrap_or_else(|e| {
@@ -55,7 +61,18 @@ impl InitConfig {
             }),
             Err(_) => 1,
         };
-        InitConfig { pcie, devices }
+        let mut throttle = [1.0; MAX_DEVICES];
+        if let Ok(text) = std::env::var(THROTTLE_ENV) {
+            match parse_throttle(&text) {
+                Ok(list) => list.into_iter().for_each(|(i, f)| throttle[i as usize] = f),
+                Err(e) => eprintln!("simgpu: ignoring {THROTTLE_ENV}: {e}"),
+            }
+        }
+        InitConfig {
+            pcie,
+            devices,
+            throttle,
+        }
     }
 }
 
@@ -64,8 +81,37 @@ impl Default for InitConfig {
         InitConfig {
             pcie: PcieLink::MAX,
             devices: 1,
+            throttle: [1.0; MAX_DEVICES],
         }
     }
+}
+
+/// A throttle setting from its text form: `"gpu:factor"` items, comma-separated, e.g. `"1:2.5"`;
+/// a GPU index below [`MAX_DEVICES`] and a factor of at least 1.
+pub fn parse_throttle(text: &str) -> Result<Vec<(u32, f64)>, String> {
+    text.split(',')
+        .filter(|item| !item.trim().is_empty())
+        .map(|item| {
+            let (gpu, factor) = item
+                .split_once(':')
+                .ok_or_else(|| format!("expected \"gpu:factor\", got {item:?}"))?;
+            let gpu: u32 = gpu
+                .trim()
+                .parse()
+                .map_err(|e| format!("bad GPU index in {item:?}: {e}"))?;
+            let factor: f64 = factor
+                .trim()
+                .parse()
+                .map_err(|e| format!("bad factor in {item:?}: {e}"))?;
+            if gpu as usize >= MAX_DEVICES {
+                return Err(format!("GPU {gpu} is not below {MAX_DEVICES}"));
+            }
+            if !(factor.is_finite() && factor >= 1.0) {
+                return Err(format!("slowdown factor {factor} is not at least 1"));
+            }
+            Ok((gpu, factor))
+        })
+        .collect()
 }
 
 /// A device count from its text form, 1 to [`MAX_DEVICES`].
@@ -232,7 +278,9 @@ impl SharedState {
         let boot = clock::boottime_ns();
         let offset = |other| clock::offset_ns(other, mono);
         let count = config.devices.clamp(1, MAX_DEVICES as u32);
-        for dev in &self.devices[..count as usize] {
+        for (dev, factor) in self.devices[..count as usize].iter().zip(config.throttle) {
+            let milli = (factor.max(1.0) * f64::from(UNTHROTTLED_MILLI)).round() as u32;
+            dev.throttle_milli.store(milli, Ordering::Relaxed);
             dev.pcie_gen
                 .store(config.pcie.generation, Ordering::Relaxed);
             dev.pcie_width.store(config.pcie.width, Ordering::Relaxed);
@@ -288,9 +336,12 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("state");
         let _ = std::fs::remove_file(&path);
+        let mut throttle = [1.0; MAX_DEVICES];
+        throttle[1] = 3.0;
         let slow = InitConfig {
             pcie: PcieLink::new(3, 4).unwrap(),
             devices: 2,
+            throttle,
         };
         let a = SharedState::open(&path, slow).unwrap();
         // The second opener's config is ignored: the file already exists.
@@ -309,6 +360,8 @@ mod tests {
             PcieLink::new(3, 4).unwrap(),
             "links are per GPU"
         );
+        assert_eq!(b.device(1).unwrap().throttle_factor(), 3.0);
+        assert_eq!(b.device(0).unwrap().throttle_factor(), 1.0);
         assert_eq!(
             std::fs::metadata(&path).unwrap().len(),
             STATE_FILE_BYTES as u64
@@ -324,6 +377,18 @@ mod tests {
         assert!(parse_devices("0").is_err());
         assert!(parse_devices("9").is_err());
         assert!(parse_devices("two").is_err());
+    }
+
+    #[test]
+    fn throttle_settings_parse() {
+        assert_eq!(parse_throttle("1:2.5"), Ok(vec![(1, 2.5)]));
+        assert_eq!(parse_throttle(" 0:2 , 3:1 "), Ok(vec![(0, 2.0), (3, 1.0)]));
+        assert_eq!(parse_throttle(""), Ok(vec![]));
+        assert!(parse_throttle("8:2").is_err());
+        assert!(parse_throttle("0:0.5").is_err());
+        assert!(parse_throttle("0:inf").is_err());
+        assert!(parse_throttle("2").is_err());
+        assert!(parse_throttle("x:2").is_err());
     }
 
     #[test]

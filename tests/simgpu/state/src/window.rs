@@ -1,6 +1,7 @@
-//! Busy and copy accounting over time windows: splitting intervals into buckets, and reading a
-//! [`Snapshot`] of recent buckets back as busy time or bytes for any window. Pure: no OS calls.
-use crate::layout::{BUCKET_NS, PCIE_WINDOW_BUCKETS, PERIOD_NS};
+//! Busy, SM-active and copy accounting over time windows: splitting intervals into buckets, and
+//! reading a [`Snapshot`] of recent buckets back as busy time, SM-active time or bytes for any
+//! window. Pure: no OS calls.
+use crate::layout::{BUCKET_NS, PCIE_WINDOW_BUCKETS, PERIOD_NS, UNTHROTTLED_MILLI};
 use crate::pcie::{Direction, PcieLink};
 
 /// Splits `[start_ns, end_ns)` at multiples of `width_ns`: yields `(slot number, overlap ns)`.
@@ -41,6 +42,11 @@ pub fn split_bytes(start_ns: u64, end_ns: u64, bytes: u64) -> Vec<(u64, u64)> {
         last.1 += bytes - given;
     }
     pieces
+}
+
+/// `ns` times a share in percent (at most 100).
+pub fn share_of(ns: u64, share_pct: u32) -> u64 {
+    (u128::from(ns) * u128::from(share_pct.min(100)) / 100) as u64
 }
 
 /// Percent of `len_ns` covered by `busy_ns`, rounded to nearest, at most 100.
@@ -86,6 +92,9 @@ pub struct Snapshot {
     /// `now_ns` (partly elapsed).
     pub first_bucket: u64,
     pub busy_ns: Vec<u64>,
+    /// SM-active ns per bucket: summed over concurrent kernels, so possibly above the bucket's
+    /// length (readers cap what they derive from it).
+    pub sm_ns: Vec<u64>,
     pub tx_bytes: Vec<u64>,
     pub rx_bytes: Vec<u64>,
     pub procs: Vec<ProcView>,
@@ -97,6 +106,8 @@ pub struct Snapshot {
     pub boottime_offset_ns: i64,
     /// Whether a kernel is running at `now_ns`.
     pub kernel_active: bool,
+    /// Kernel slowdown in thousandths; 0 and 1000 both mean full speed.
+    pub throttle_milli: u32,
 }
 
 impl Snapshot {
@@ -109,6 +120,7 @@ impl Snapshot {
             now_ns,
             first_bucket: first,
             busy_ns: vec![0; len],
+            sm_ns: vec![0; len],
             tx_bytes: vec![0; len],
             rx_bytes: vec![0; len],
             ..Snapshot::default()
@@ -120,6 +132,16 @@ impl Snapshot {
         for (bucket, ns) in split_interval(start_ns, end_ns.min(self.now_ns), BUCKET_NS) {
             if let Some(slot) = self.index(bucket) {
                 self.busy_ns[slot] += ns;
+            }
+        }
+    }
+
+    /// Adds SM-active time of a kernel with `share_pct` of the SMs over `[start_ns, end_ns)`
+    /// (clipped like busy time).
+    pub fn credit_sm(&mut self, start_ns: u64, end_ns: u64, share_pct: u32) {
+        for (bucket, ns) in split_interval(start_ns, end_ns.min(self.now_ns), BUCKET_NS) {
+            if let Some(slot) = self.index(bucket) {
+                self.sm_ns[slot] += share_of(ns, share_pct);
             }
         }
     }
@@ -145,6 +167,31 @@ impl Snapshot {
     /// window counts in proportion to the overlap (busy time is assumed spread evenly in it).
     pub fn busy_between(&self, start_ns: u64, end_ns: u64) -> u64 {
         self.sum_between(&self.busy_ns, start_ns, end_ns)
+    }
+
+    /// SM-active ns within `[start_ns, end_ns)`, apportioned like busy time; each bucket counts
+    /// at most its own length (all SMs active all the time).
+    pub fn sm_between(&self, start_ns: u64, end_ns: u64) -> u64 {
+        let capped: Vec<u64> = self.sm_ns.iter().map(|ns| (*ns).min(BUCKET_NS)).collect();
+        self.sum_between(&capped, start_ns, end_ns)
+    }
+
+    /// GPM's SM activity in percent over `[start_ns, end_ns)`.
+    pub fn sm_util_pct(&self, start_ns: u64, end_ns: u64) -> u32 {
+        percent(
+            self.sm_between(start_ns, end_ns),
+            end_ns.saturating_sub(start_ns),
+        )
+    }
+
+    /// How much slower than normal kernels run: 1.0 at full speed.
+    pub fn throttle_factor(&self) -> f64 {
+        f64::from(self.throttle_milli.max(UNTHROTTLED_MILLI)) / f64::from(UNTHROTTLED_MILLI)
+    }
+
+    /// Whether the GPU is throttled (kernels run slower than normal).
+    pub fn throttled(&self) -> bool {
+        self.throttle_milli > UNTHROTTLED_MILLI
     }
 
     /// Copy bytes in one direction within `[start_ns, end_ns)`, apportioned like busy time.
@@ -285,6 +332,43 @@ mod tests {
         snap.credit_busy(99 * BUCKET_NS, now + 1_000_000);
         assert_eq!(snap.busy_ns, vec![0, BUCKET_NS, 10]);
         assert!(snap.busy_recently());
+    }
+
+    #[test]
+    fn sm_time_sums_shares_and_caps_per_bucket() {
+        let now = 100 * BUCKET_NS;
+        let mut snap = Snapshot::empty(now, 10);
+        let b = 95 * BUCKET_NS;
+        // Two buckets at 90%, and a 15% kernel over the second one as well: 105%, capped.
+        snap.credit_sm(b, b + 2 * BUCKET_NS, 90);
+        snap.credit_sm(b + BUCKET_NS, b + 2 * BUCKET_NS, 15);
+        // Buckets 91 to 100 are held, so bucket 95 is element 4.
+        assert_eq!(snap.sm_ns[4], share_of(BUCKET_NS, 90));
+        assert_eq!(
+            snap.sm_ns[5],
+            share_of(BUCKET_NS, 90) + share_of(BUCKET_NS, 15)
+        );
+        assert_eq!(snap.sm_between(b, b + BUCKET_NS), share_of(BUCKET_NS, 90));
+        assert_eq!(snap.sm_between(b + BUCKET_NS, b + 2 * BUCKET_NS), BUCKET_NS);
+        assert_eq!(snap.sm_util_pct(b, b + 2 * BUCKET_NS), 95);
+        assert_eq!(snap.sm_util_pct(b, b + 4 * BUCKET_NS), 48);
+        // Clipped to now, like busy time; shares above 100 count as 100.
+        snap.credit_sm(now - 10, now + 1_000, 250);
+        assert_eq!(snap.sm_ns[8], 10);
+        assert_eq!(snap.sm_ns[9], 0);
+        assert_eq!(share_of(1000, 15), 150);
+    }
+
+    #[test]
+    fn throttle_reads_as_a_factor() {
+        let mut snap = Snapshot::empty(10, 1);
+        assert_eq!(snap.throttle_factor(), 1.0);
+        assert!(!snap.throttled());
+        snap.throttle_milli = 1000;
+        assert!(!snap.throttled());
+        snap.throttle_milli = 2500;
+        assert_eq!(snap.throttle_factor(), 2.5);
+        assert!(snap.throttled());
     }
 
     #[test]

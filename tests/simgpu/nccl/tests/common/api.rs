@@ -32,6 +32,10 @@ pub struct Api {
     pub cuCtxCreate_v2: unsafe extern "C" fn(*mut P, c_uint, c_int) -> u32,
     pub cuStreamCreate: unsafe extern "C" fn(*mut P, c_uint) -> u32,
     pub cuStreamSynchronize: unsafe extern "C" fn(P) -> u32,
+    pub cuStreamWaitEvent: unsafe extern "C" fn(P, P, c_uint) -> u32,
+    pub cuEventCreate: unsafe extern "C" fn(*mut P, c_uint) -> u32,
+    pub cuEventRecord: unsafe extern "C" fn(P, P) -> u32,
+    pub cuEventElapsedTime: unsafe extern "C" fn(*mut f32, P, P) -> u32,
     pub cuMemAlloc_v2: unsafe extern "C" fn(*mut u64, usize) -> u32,
     pub cuModuleLoadData: unsafe extern "C" fn(*mut P, *const c_void) -> u32,
     pub cuModuleGetFunction: unsafe extern "C" fn(*mut P, P, *const c_char) -> u32,
@@ -91,6 +95,10 @@ impl Api {
             cuCtxCreate_v2: sym!(cuda, "cuCtxCreate_v2"),
             cuStreamCreate: sym!(cuda, "cuStreamCreate"),
             cuStreamSynchronize: sym!(cuda, "cuStreamSynchronize"),
+            cuStreamWaitEvent: sym!(cuda, "cuStreamWaitEvent"),
+            cuEventCreate: sym!(cuda, "cuEventCreate"),
+            cuEventRecord: sym!(cuda, "cuEventRecord"),
+            cuEventElapsedTime: sym!(cuda, "cuEventElapsedTime"),
             cuMemAlloc_v2: sym!(cuda, "cuMemAlloc_v2"),
             cuModuleLoadData: sym!(cuda, "cuModuleLoadData"),
             cuModuleGetFunction: sym!(cuda, "cuModuleGetFunction"),
@@ -188,6 +196,47 @@ impl<'a> Rank<'a> {
 
     /// A kernel of `ns` nanoseconds on the stream.
     pub fn kernel(&self, ns: u64) {
+        self.kernel_on(ns, self.stream);
+    }
+
+    /// Another stream of the rank's context (a framework's NCCL stream).
+    pub fn new_stream(&self) -> P {
+        let mut stream = std::ptr::null_mut();
+        // SAFETY: a valid out-pointer.
+        let rc = unsafe { (self.api.cuStreamCreate)(&mut stream, 0) };
+        cu_ok(rc, "cuStreamCreate");
+        stream
+    }
+
+    /// An event recorded on `stream` now.
+    pub fn record(&self, stream: P) -> P {
+        let mut event = std::ptr::null_mut();
+        // SAFETY: a valid out-pointer, then our event and stream.
+        unsafe {
+            cu_ok((self.api.cuEventCreate)(&mut event, 0), "cuEventCreate");
+            cu_ok((self.api.cuEventRecord)(event, stream), "cuEventRecord");
+        }
+        event
+    }
+
+    /// Microseconds from event `start` to event `end`, both complete.
+    pub fn elapsed_us(&self, start: P, end: P) -> u64 {
+        let mut ms = 0f32;
+        // SAFETY: a valid out-pointer and our events.
+        let rc = unsafe { (self.api.cuEventElapsedTime)(&mut ms, start, end) };
+        cu_ok(rc, "cuEventElapsedTime");
+        (f64::from(ms) * 1e3).round() as u64
+    }
+
+    /// Later work of `stream` waits for `event` (cuStreamWaitEvent).
+    pub fn wait_event(&self, stream: P, event: P) {
+        // SAFETY: our stream and event; flags 0.
+        let rc = unsafe { (self.api.cuStreamWaitEvent)(stream, event, 0) };
+        cu_ok(rc, "cuStreamWaitEvent");
+    }
+
+    /// A kernel of `ns` nanoseconds on `stream`.
+    pub fn kernel_on(&self, ns: u64, stream: P) {
         let mut ns = ns;
         let mut params = [(&raw mut ns).cast::<c_void>()];
         // SAFETY: one parameter pointer for the kernel's one u64 parameter.
@@ -201,7 +250,7 @@ impl<'a> Rank<'a> {
                 1,
                 1,
                 0,
-                self.stream,
+                stream,
                 params.as_mut_ptr(),
                 std::ptr::null_mut(),
             )
@@ -211,9 +260,14 @@ impl<'a> Rank<'a> {
 
     /// An all-reduce of `count` floats of the buffer, in place.
     pub fn all_reduce(&self, comm: P, count: usize) {
+        self.all_reduce_on(comm, count, self.stream);
+    }
+
+    /// An all-reduce of `count` floats of the buffer, in place, on `stream`.
+    pub fn all_reduce_on(&self, comm: P, count: usize, stream: P) {
         let b = self.buf as usize as P;
         // SAFETY: device pointers of our buffer, which holds `count` floats.
-        let rc = unsafe { (self.api.ncclAllReduce)(b, b, count, FLOAT32, SUM, comm, self.stream) };
+        let rc = unsafe { (self.api.ncclAllReduce)(b, b, count, FLOAT32, SUM, comm, stream) };
         nccl_ok(rc, "ncclAllReduce");
     }
 

@@ -38,6 +38,8 @@ $L_spin:
 \0";
 
 type P = *mut c_void;
+/// `CUhostFn`.
+type HostFn = unsafe extern "C" fn(P);
 
 macro_rules! driver_api {
     ($($name:ident: ($($arg:ty),*);)*) => {
@@ -81,6 +83,9 @@ driver_api! {
     cuLaunchKernel: (P, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, P, *mut P, *mut P);
     cuStreamCreate: (*mut P, c_uint);
     cuStreamSynchronize: (P);
+    cuStreamQuery: (P);
+    cuStreamWaitEvent: (P, P, c_uint);
+    simgpuLaunchCommKernel: (P, Option<HostFn>, P, u64, c_uint);
     cuEventCreate: (*mut P, c_uint);
     cuEventRecord: (P, P);
     cuEventSynchronize: (P);
@@ -288,6 +293,37 @@ impl Cuda {
             unsafe { (self.api.cuStreamSynchronize)(stream.0) },
             "cuStreamSynchronize",
         );
+    }
+
+    /// cuStreamQuery's CUresult (0 when done, 600 CUDA_ERROR_NOT_READY while work is pending).
+    pub fn stream_query(&self, stream: Handle) -> u32 {
+        // SAFETY: a stream handle (or NULL).
+        unsafe { (self.api.cuStreamQuery)(stream.0) }
+    }
+
+    /// Makes later work of `stream` wait for `event`.
+    pub fn stream_wait_event(&self, stream: Handle, event: Handle) {
+        // SAFETY: handles from this driver; flags 0.
+        check(
+            unsafe { (self.api.cuStreamWaitEvent)(stream.0, event.0, 0) },
+            "cuStreamWaitEvent",
+        );
+    }
+
+    /// The simulated driver's comm kernel (what the NCCL stand-in queues), here without a
+    /// wait: `ns` of comm-lane kernel keeping `sm_share_pct` percent of the SMs active.
+    pub fn launch_comm(&self, ns: u64, sm_share_pct: u32, stream: Handle) {
+        // SAFETY: no wait function, so the data pointer is never used.
+        let code = unsafe {
+            (self.api.simgpuLaunchCommKernel)(
+                stream.0,
+                None,
+                std::ptr::null_mut(),
+                ns,
+                sm_share_pct,
+            )
+        };
+        check(code, "simgpuLaunchCommKernel");
     }
 
     pub fn event_create(&self) -> Handle {

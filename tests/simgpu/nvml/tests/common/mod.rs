@@ -1,6 +1,10 @@
 //! Test harness: installs the built libraries into a temporary directory and runs each scenario
 //! in a child process, because each simulated library opens its state file once per process
 //! and the configuring environment variables are process-wide.
+#![allow(
+    dead_code,
+    reason = "each test target uses its own part of the harness"
+)]
 pub mod cuda;
 
 use std::io::{BufRead, BufReader};

@@ -1,0 +1,597 @@
+//! GPU time that NVML counts busy but where the GPU only waited in a collective.
+//!
+//! On real hardware an NCCL kernel that waits for a late rank is resident and spinning, so
+//! NVML's utilization reads it as busy. What tells the wait from work, in order of trust:
+//!
+//! - **GPM** (Hopper and newer): SM activity per busy time. Compute kernels keep most SMs
+//!   active, a waiting NCCL kernel a few of them. The most active GPU's typical ratio is
+//!   compute's (`c`) and the low end of all, while a collective is outstanding, waiting's
+//!   (`e`); a GPM interval with ratio `r` waited `(c − r) / (c − e)` of its busy time.
+//! - **Peers**: ranks of one job do the same work per step, so a rank's GPU busy beyond the
+//!   least busy rank's GPU, over the same time and while a collective is outstanding, waited.
+//!   Needs several ranks' GPUs in one recording (one host's clock).
+//!
+//! Either way, only time with a collective outstanding on the GPU's feeders can be waiting:
+//! from when a rank queued it to the end of the first sync that waited for it (directly, via
+//! `cuStreamWaitEvent`, or the whole context; see [`crate::cuda::build`]).
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::roles::Roles;
+use crate::analysis::model::{Analysis, GpuTimeline};
+
+/// Which signal told waiting from work on a GPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WaitingSignal {
+    Gpm,
+    Peers,
+    /// Neither: waiting is not told apart (reported as 0).
+    None,
+}
+
+/// A GPU's waiting, per utilization sample, and how it was found.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct GpuWaiting {
+    pub signal: WaitingSignal,
+    /// `high`, `medium` or `none`.
+    pub certainty: &'static str,
+    pub note: String,
+    /// Waiting fraction of each sample period, aligned with the GPU's samples.
+    #[serde(skip)]
+    pub fractions: Vec<f64>,
+}
+
+/// SM activity per busy time is compute's at this quantile of the most active GPU...
+const COMPUTE_QUANTILE: f64 = 0.75;
+/// ...and waiting's at this one, among intervals mostly with a collective outstanding.
+const WAITING_QUANTILE: f64 = 0.1;
+/// Intervals busier than this say something about SM activity per busy time.
+const MIN_BUSY: f64 = 0.1;
+/// Waiting must use at most this share of compute's SM activity to be told apart.
+const SEPARABLE: f64 = 0.7;
+/// A GPU busy less than this share of the time beyond the least busy rank's did the same.
+const PEER_NOISE: f64 = 0.02;
+/// GPM intervals needed on each side of the calibration.
+const MIN_INTERVALS: usize = 3;
+
+/// Time-weighted busy fraction of `g` over `[start, end)`; periods without a sample idled.
+pub fn busy_over(g: &GpuTimeline, start: u64, end: u64) -> f64 {
+    if end <= start {
+        return 0.0;
+    }
+    let from = g.samples.partition_point(|s| s.ts_ns <= start);
+    let mut busy = 0.0;
+    for s in &g.samples[from..] {
+        if s.start_ns() >= end {
+            break;
+        }
+        let overlap = s.ts_ns.min(end).saturating_sub(s.start_ns().max(start));
+        busy += overlap as f64 * f64::from(s.util_pct.min(100)) / 100.0;
+    }
+    busy / (end - start) as f64
+}
+
+/// Sorted, disjoint intervals.
+#[derive(Clone, Debug, Default)]
+struct Spans(Vec<(u64, u64)>);
+
+impl Spans {
+    fn from(mut v: Vec<(u64, u64)>) -> Self {
+        v.retain(|(s, e)| e > s);
+        v.sort_unstable();
+        let mut out: Vec<(u64, u64)> = Vec::with_capacity(v.len());
+        for (s, e) in v {
+            match out.last_mut() {
+                Some(last) if last.1 >= s => last.1 = last.1.max(e),
+                _ => out.push((s, e)),
+            }
+        }
+        Spans(out)
+    }
+
+    /// Fraction of `[start, end)` covered.
+    fn cover(&self, start: u64, end: u64) -> f64 {
+        if end <= start {
+            return 0.0;
+        }
+        let from = self.0.partition_point(|&(_, e)| e <= start);
+        let mut ns = 0;
+        for &(s, e) in &self.0[from..] {
+            if s >= end {
+                break;
+            }
+            ns += e.min(end) - s.max(start);
+        }
+        ns as f64 / (end - start) as f64
+    }
+}
+
+/// When collectives were outstanding on the feeders of a GPU. One never waited for ends
+/// when the next on its communicator was queued (NCCL runs a communicator's work in order),
+/// or at the end of the recording.
+fn outstanding(a: &Analysis, pids: &[u32]) -> Spans {
+    let end_of_recording = a.start_ns.saturating_add(a.duration_ns);
+    let mine: Vec<_> = a
+        .cuda
+        .collectives
+        .iter()
+        .filter(|c| pids.contains(&c.pid))
+        .collect();
+    let spans = mine
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let end = c.done_ns.unwrap_or_else(|| {
+                mine[i + 1..]
+                    .iter()
+                    .find(|n| n.pid == c.pid && n.comm == c.comm)
+                    .map_or(end_of_recording, |n| n.enqueue_ns)
+            });
+            (c.enqueue_ns, end.max(c.enqueue_ns))
+        })
+        .collect();
+    Spans::from(spans)
+}
+
+/// The processes feeding a GPU.
+fn feeder_pids(a: &Analysis, g: &GpuTimeline) -> Vec<u32> {
+    let mut pids: Vec<u32> = Roles::for_gpu(a, g)
+        .feeders
+        .iter()
+        .filter_map(|t| a.threads.get(t).map(|t| t.pid))
+        .collect();
+    pids.extend(g.info.target_pids.iter().copied());
+    pids.sort_unstable();
+    pids.dedup();
+    pids
+}
+
+/// One GPM interval: SM activity per busy time, and how much a collective was outstanding.
+#[derive(Clone, Copy, Debug)]
+struct GpmInterval {
+    start: u64,
+    end: u64,
+    busy: f64,
+    /// SM activity over busy time.
+    ratio: f64,
+    outstanding: f64,
+}
+
+fn gpm_intervals(g: &GpuTimeline, out: &Spans) -> Vec<GpmInterval> {
+    let mut v = Vec::new();
+    let mut prev: Option<u64> = None;
+    for st in &g.states {
+        let Some(sm) = st.sm_active_pct else {
+            continue;
+        };
+        if let Some(start) = prev.filter(|p| *p < st.ts_ns) {
+            let busy = busy_over(g, start, st.ts_ns);
+            v.push(GpmInterval {
+                start,
+                end: st.ts_ns,
+                busy,
+                ratio: if busy > 0.0 {
+                    (f64::from(sm.min(100)) / 100.0 / busy).min(1.0)
+                } else {
+                    0.0
+                },
+                outstanding: out.cover(start, st.ts_ns),
+            });
+        }
+        prev = Some(st.ts_ns);
+    }
+    v
+}
+
+fn quantile(mut v: Vec<f64>, q: f64) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let i = ((v.len() - 1) as f64 * q).round() as usize;
+    Some(v[i])
+}
+
+/// Compute's and waiting's SM activity per busy time, from each GPU's intervals: compute's
+/// is the highest GPU's typical ratio (the straggler's GPU computes whenever it is busy, however
+/// many ranks wait for it), waiting's the low end among intervals with a collective
+/// outstanding.
+fn calibrate(per_gpu: &[Vec<GpmInterval>]) -> Result<(f64, f64), String> {
+    let busy = |v: &[GpmInterval]| -> Vec<f64> {
+        v.iter()
+            .filter(|i| i.busy >= MIN_BUSY)
+            .map(|i| i.ratio)
+            .collect()
+    };
+    let c = per_gpu
+        .iter()
+        .map(|v| busy(v))
+        .filter(|r| r.len() >= MIN_INTERVALS)
+        .filter_map(|r| quantile(r, COMPUTE_QUANTILE))
+        .fold(None, |m: Option<f64>, q| Some(m.map_or(q, |m| m.max(q))));
+    let waiting: Vec<f64> = per_gpu
+        .iter()
+        .flatten()
+        .filter(|i| i.busy >= MIN_BUSY && i.outstanding >= 0.5)
+        .map(|i| i.ratio)
+        .collect();
+    let (Some(c), true) = (c, waiting.len() >= MIN_INTERVALS) else {
+        return Err(format!(
+            "too few GPM intervals ({} with a collective outstanding)",
+            waiting.len()
+        ));
+    };
+    let e = quantile(waiting, WAITING_QUANTILE).unwrap_or(0.0);
+    if c <= 0.0 || e > SEPARABLE * c {
+        return Err(format!(
+            "SM activity per busy time is alike throughout ({:.0}% at most, {:.0}% with a \
+             collective outstanding): no waiting told apart",
+            c * 100.0,
+            e * 100.0
+        ));
+    }
+    Ok((c, e))
+}
+
+/// Compute's and waiting's SM activity per busy time, judged over every GPU of one job: the
+/// recordings of all its hosts when they are reported together, so that a host whose GPUs
+/// all waited is judged against the straggler's host.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Calibration(Result<(f64, f64), String>);
+
+/// The calibration over these recordings' GPUs.
+pub fn calibration(analyses: &[&Analysis]) -> Calibration {
+    let per_gpu: Vec<Vec<GpmInterval>> = analyses
+        .iter()
+        .flat_map(|a| {
+            a.gpus
+                .values()
+                .filter(|g| !g.samples.is_empty())
+                .map(|g| gpm_intervals(g, &outstanding(a, &feeder_pids(a, g))))
+        })
+        .collect();
+    Calibration(calibrate(&per_gpu))
+}
+
+/// Every GPU's waiting, by NVML index.
+pub fn derive(a: &Analysis, calibration: &Calibration) -> BTreeMap<u32, GpuWaiting> {
+    let gpus: Vec<(&GpuTimeline, Spans)> = a
+        .gpus
+        .values()
+        .filter(|g| !g.samples.is_empty())
+        .map(|g| (g, outstanding(a, &feeder_pids(a, g))))
+        .collect();
+    let intervals: Vec<Vec<GpmInterval>> =
+        gpus.iter().map(|(g, out)| gpm_intervals(g, out)).collect();
+    let calibration = &calibration.0;
+    // The GPUs of ranks: those whose feeders queued collectives.
+    let ranked: Vec<&GpuTimeline> = gpus
+        .iter()
+        .filter(|(_, out)| !out.0.is_empty())
+        .map(|(g, _)| *g)
+        .collect();
+    gpus.iter()
+        .zip(&intervals)
+        .map(|((g, out), gpm)| {
+            let w = if out.0.is_empty() {
+                GpuWaiting {
+                    signal: WaitingSignal::None,
+                    certainty: "none",
+                    note: "no collective was outstanding on this GPU's processes".into(),
+                    fractions: vec![0.0; g.samples.len()],
+                }
+            } else if !gpm.is_empty() {
+                by_gpm(g, out, gpm, calibration)
+            } else if ranked.len() >= 2 {
+                by_peers(g, out, &ranked)
+            } else {
+                GpuWaiting {
+                    signal: WaitingSignal::None,
+                    certainty: "none",
+                    note: "this GPU has no GPM and no other rank's GPU is in the recording: \
+                           time its collectives waited reads as busy (compare the ranks' \
+                           recordings together)"
+                        .into(),
+                    fractions: vec![0.0; g.samples.len()],
+                }
+            };
+            (g.info.index, w)
+        })
+        .collect()
+}
+
+fn by_gpm(
+    g: &GpuTimeline,
+    out: &Spans,
+    gpm: &[GpmInterval],
+    calibration: &Result<(f64, f64), String>,
+) -> GpuWaiting {
+    let (c, e) = match calibration {
+        Ok(ce) => *ce,
+        Err(why) => {
+            return GpuWaiting {
+                signal: WaitingSignal::Gpm,
+                certainty: "medium",
+                note: why.clone(),
+                fractions: vec![0.0; g.samples.len()],
+            };
+        }
+    };
+    let fractions = g
+        .samples
+        .iter()
+        .map(|s| {
+            let (start, end) = (s.start_ns(), s.ts_ns);
+            let mid = start + (end - start) / 2;
+            let u = f64::from(s.util_pct.min(100)) / 100.0;
+            let Some(i) = gpm.iter().find(|i| i.start <= mid && mid < i.end) else {
+                return 0.0;
+            };
+            let share = ((c - i.ratio) / (c - e)).clamp(0.0, 1.0);
+            (u * share).min(out.cover(start, end))
+        })
+        .collect();
+    GpuWaiting {
+        signal: WaitingSignal::Gpm,
+        certainty: "high",
+        note: format!(
+            "GPM SM activity: compute keeps {:.0}% of SMs active per busy time, a waiting \
+             collective {:.0}%",
+            c * 100.0,
+            e * 100.0
+        ),
+        fractions,
+    }
+}
+
+/// Per window, the busy time beyond the least busy rank's GPU; scaled down so that the total
+/// is at most this GPU's busy time beyond the least busy rank's over the whole recording, so
+/// that GPUs busy at different moments of a step (phase, not waiting) cancel out.
+fn by_peers(g: &GpuTimeline, out: &Spans, ranked: &[&GpuTimeline]) -> GpuWaiting {
+    let mut raw: Vec<f64> = g
+        .samples
+        .iter()
+        .map(|s| {
+            let (start, end) = (s.start_ns(), s.ts_ns);
+            let u = f64::from(s.util_pct.min(100)) / 100.0;
+            let least = ranked
+                .iter()
+                .map(|p| busy_over(p, start, end))
+                .fold(f64::INFINITY, f64::min);
+            (u - least).max(0.0).min(out.cover(start, end))
+        })
+        .collect();
+    let (from, to) = match (g.samples.first(), g.samples.last()) {
+        (Some(f), Some(l)) => (f.start_ns(), l.ts_ns),
+        _ => (0, 0),
+    };
+    let mine = busy_over(g, from, to);
+    let least = ranked
+        .iter()
+        .map(|p| busy_over(p, from, to))
+        .fold(f64::INFINITY, f64::min);
+    let span = to.saturating_sub(from) as f64;
+    // Sampling and step boundaries leave GPUs of equal work a little apart.
+    let excess = mine - least;
+    let excess_ns = if excess < PEER_NOISE {
+        0.0
+    } else {
+        excess * span
+    };
+    let raw_ns: f64 = raw
+        .iter()
+        .zip(&g.samples)
+        .map(|(f, s)| f * s.period_ns as f64)
+        .sum();
+    if raw_ns > excess_ns {
+        let scale = if raw_ns > 0.0 {
+            excess_ns / raw_ns
+        } else {
+            0.0
+        };
+        raw.iter_mut().for_each(|f| *f *= scale);
+    }
+    GpuWaiting {
+        signal: WaitingSignal::Peers,
+        certainty: "medium",
+        note: format!(
+            "no GPM: busy time beyond the least busy of {} ranks' GPUs while a collective was \
+             outstanding",
+            ranked.len()
+        ),
+        fractions: raw,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::model::{GpuSample, ThreadSummary};
+    use crate::cuda::{Collective, CollectiveSpan};
+    use crate::recording::record::{GpuInfo, GpuState};
+
+    const P: u64 = 100_000_000;
+
+    fn derive_alone(a: &Analysis) -> BTreeMap<u32, GpuWaiting> {
+        derive(a, &calibration(&[a]))
+    }
+
+    /// A GPU fed by PID `pid` with one sample per 100 ms at `utils`, and GPM every 200 ms at
+    /// `sm` (none when empty).
+    fn gpu(index: u32, pid: u32, utils: &[u32], sm: &[u32]) -> GpuTimeline {
+        GpuTimeline {
+            info: GpuInfo {
+                index,
+                target_pids: vec![pid],
+                ..GpuInfo::default()
+            },
+            samples: utils
+                .iter()
+                .enumerate()
+                .map(|(i, &u)| GpuSample {
+                    ts_ns: (i as u64 + 1) * P,
+                    period_ns: P,
+                    util_pct: u,
+                })
+                .collect(),
+            states: std::iter::once(0)
+                .chain(sm.iter().copied())
+                .enumerate()
+                .filter(|_| !sm.is_empty())
+                .map(|(i, s)| GpuState {
+                    gpu: index,
+                    ts_ns: i as u64 * 2 * P,
+                    sm_active_pct: Some(s),
+                    ..GpuState::default()
+                })
+                .collect(),
+            ..GpuTimeline::default()
+        }
+    }
+
+    fn span(pid: u32, seq: u64, from: u64, to: Option<u64>) -> CollectiveSpan {
+        CollectiveSpan {
+            pid,
+            tid: pid,
+            op: Collective::AllReduce,
+            bytes: 4,
+            comm: 1,
+            comm_id: Some(9),
+            seq,
+            enqueue_ns: from,
+            done_ns: to,
+        }
+    }
+
+    fn analysis(gpus: Vec<GpuTimeline>, spans: Vec<CollectiveSpan>) -> Analysis {
+        let mut a = Analysis {
+            duration_ns: 20 * P,
+            ..Analysis::default()
+        };
+        for g in gpus {
+            let pid = g.info.target_pids[0];
+            a.threads.insert(
+                pid,
+                ThreadSummary {
+                    tid: pid,
+                    pid,
+                    ..ThreadSummary::default()
+                },
+            );
+            a.gpus.insert(g.info.index, g);
+        }
+        a.cuda.collectives = spans;
+        a
+    }
+
+    /// Rank 0 waits for rank 1 through the second half of every 400 ms; rank 1 computes.
+    fn straggler(sm0: &[u32], sm1: &[u32]) -> Analysis {
+        let util0 = [100; 20];
+        let util1: Vec<u32> = (0..20).map(|i| if i % 4 < 2 { 90 } else { 10 }).collect();
+        let spans = (0..5u64)
+            .flat_map(|k| {
+                [
+                    span(10, k, k * 4 * P + 2 * P, Some(k * 4 * P + 4 * P)),
+                    span(11, k, k * 4 * P + 3 * P, Some(k * 4 * P + 4 * P)),
+                ]
+            })
+            .collect();
+        analysis(
+            vec![gpu(0, 10, &util0, sm0), gpu(1, 11, &util1, sm1)],
+            spans,
+        )
+    }
+
+    #[test]
+    fn with_gpm_a_busy_gpu_with_few_sms_active_waits() {
+        // GPM every 200 ms: rank 0 alternates compute (90% of SMs) and waiting (15%).
+        let sm0: Vec<u32> = (0..10).map(|i| if i % 2 == 0 { 90 } else { 15 }).collect();
+        let sm1: Vec<u32> = (0..10).map(|i| if i % 2 == 0 { 81 } else { 9 }).collect();
+        let w = derive_alone(&straggler(&sm0, &sm1));
+        let w0 = &w[&0];
+        assert_eq!(w0.signal, WaitingSignal::Gpm);
+        let waited: f64 = w0.fractions.iter().sum();
+        // Ten 100 ms samples of pure waiting.
+        assert!((waited - 10.0).abs() < 0.5, "{waited} {:?}", w0.fractions);
+        // The straggler computes whenever it is busy.
+        assert!(w[&1].fractions.iter().sum::<f64>() < 0.5, "{:?}", w[&1]);
+    }
+
+    #[test]
+    fn with_gpm_alike_throughout_nothing_waits() {
+        let sm = vec![88; 10];
+        let a = analysis(
+            vec![gpu(0, 10, &[100; 20], &sm), gpu(1, 11, &[100; 20], &sm)],
+            (0..5)
+                .map(|k| span(10, k, k * 4 * P, Some(k * 4 * P + 4 * P)))
+                .chain((0..5).map(|k| span(11, k, k * 4 * P, Some(k * 4 * P + 4 * P))))
+                .collect(),
+        );
+        let w = derive_alone(&a);
+        assert_eq!(w[&0].signal, WaitingSignal::Gpm);
+        assert!(w[&0].fractions.iter().all(|f| *f == 0.0));
+        assert!(w[&0].note.contains("alike"), "{}", w[&0].note);
+    }
+
+    #[test]
+    fn without_gpm_peers_show_the_wait() {
+        let w = derive_alone(&straggler(&[], &[]));
+        let w0 = &w[&0];
+        assert_eq!(w0.signal, WaitingSignal::Peers);
+        // Rank 0 is busy beyond rank 1 by 0.1 in the compute half and 0.9 in the waiting
+        // half; only the half with a collective outstanding counts.
+        let waited: f64 = w0.fractions.iter().sum();
+        assert!((waited - 9.0).abs() < 0.3, "{waited} {:?}", w0.fractions);
+        assert!(w[&1].fractions.iter().sum::<f64>() < 0.01);
+    }
+
+    #[test]
+    fn without_gpm_ranks_busy_alike_but_out_of_phase_do_not_wait() {
+        // Both GPUs 50% busy, in alternate windows, with collectives always outstanding.
+        let a0: Vec<u32> = (0..20).map(|i| if i % 2 == 0 { 100 } else { 0 }).collect();
+        let a1: Vec<u32> = (0..20).map(|i| if i % 2 == 1 { 100 } else { 0 }).collect();
+        let a = analysis(
+            vec![gpu(0, 10, &a0, &[]), gpu(1, 11, &a1, &[])],
+            vec![span(10, 0, 0, Some(20 * P)), span(11, 0, 0, Some(20 * P))],
+        );
+        let w = derive_alone(&a);
+        for g in [0, 1] {
+            assert_eq!(w[&g].signal, WaitingSignal::Peers);
+            assert!(w[&g].fractions.iter().sum::<f64>() < 0.01, "{:?}", w[&g]);
+        }
+    }
+
+    #[test]
+    fn a_lone_rank_without_gpm_says_it_cannot_tell() {
+        let a = analysis(
+            vec![gpu(0, 10, &[100; 20], &[])],
+            vec![span(10, 0, 0, Some(20 * P))],
+        );
+        let w = derive_alone(&a);
+        assert_eq!(w[&0].signal, WaitingSignal::None);
+        assert!(w[&0].fractions.iter().all(|f| *f == 0.0));
+        assert!(w[&0].note.contains("no GPM"), "{}", w[&0].note);
+    }
+
+    #[test]
+    fn without_a_collective_outstanding_nothing_waits() {
+        let sm0: Vec<u32> = (0..10).map(|i| if i % 2 == 0 { 90 } else { 15 }).collect();
+        let mut a = straggler(&sm0, &sm0);
+        a.cuda.collectives.retain(|c| c.pid == 11);
+        let w = derive_alone(&a);
+        assert_eq!(w[&0].signal, WaitingSignal::None);
+        assert!(w[&0].fractions.iter().all(|f| *f == 0.0));
+    }
+
+    #[test]
+    fn a_collective_never_waited_for_is_outstanding_until_the_next() {
+        let a = analysis(
+            vec![gpu(0, 10, &[100; 20], &[])],
+            vec![span(10, 0, 0, None), span(10, 1, 5 * P, Some(6 * P))],
+        );
+        let out = outstanding(&a, &[10]);
+        assert_eq!(out.0, vec![(0, 6 * P)]);
+    }
+}
