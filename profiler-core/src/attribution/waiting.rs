@@ -594,4 +594,107 @@ mod tests {
         let out = outstanding(&a, &[10]);
         assert_eq!(out.0, vec![(0, 6 * P)]);
     }
+
+    /// The probed calls of one DDP rank: every 400 ms an all-reduce on the NCCL stream (5) at
+    /// +200 ms, and `.item()`'s sync on the compute stream (1) until +400 ms; with `events`,
+    /// the end event recorded on the NCCL stream and waited for by the compute stream.
+    fn ddp_calls(pid: u32, events: bool) -> Vec<crate::recording::record::CudaCall> {
+        use crate::cuda::{CudaOp, SyncScope};
+        let call = |start: u64, end: u64, op| crate::recording::record::CudaCall {
+            tid: pid,
+            pid,
+            start_ns: start,
+            end_ns: end,
+            api: "x".into(),
+            op,
+            status: 0,
+            caller: String::new(),
+        };
+        let mut v = Vec::new();
+        for k in 0..5u64 {
+            let t = k * 4 * P;
+            v.push(call(
+                t + 2 * P,
+                t + 2 * P + 1,
+                CudaOp::Collective {
+                    op: Collective::AllReduce,
+                    bytes: 4,
+                    comm: 1,
+                    stream: 5,
+                    peer: None,
+                },
+            ));
+            if events {
+                v.push(call(
+                    t + 2 * P + 2,
+                    t + 2 * P + 3,
+                    CudaOp::EventRecord {
+                        event: 0xe0,
+                        stream: 5,
+                    },
+                ));
+                v.push(call(
+                    t + 2 * P + 4,
+                    t + 2 * P + 5,
+                    CudaOp::StreamWaitEvent {
+                        stream: 1,
+                        event: 0xe0,
+                    },
+                ));
+            }
+            v.push(call(
+                t + 2 * P + 10,
+                t + 4 * P,
+                CudaOp::Sync {
+                    scope: SyncScope::Stream,
+                    handle: 1,
+                },
+            ));
+        }
+        v
+    }
+
+    #[test]
+    fn the_wait_is_found_with_or_without_the_event_probes() {
+        let sm0: Vec<u32> = (0..10).map(|i| if i % 2 == 0 { 90 } else { 15 }).collect();
+        let sm1: Vec<u32> = (0..10).map(|i| if i % 2 == 0 { 81 } else { 9 }).collect();
+        for events in [true, false] {
+            let mut a = straggler(&sm0, &sm1);
+            let mut calls = ddp_calls(10, events);
+            calls.extend(ddp_calls(11, events));
+            a.cuda = crate::cuda::build(calls, Vec::new(), &BTreeMap::new(), 0);
+            assert_eq!(a.cuda.event_deps.contains(&10), events);
+            // Each all-reduce is outstanding from its queueing to the end of `.item()`'s sync.
+            assert!(
+                a.cuda.collectives.iter().all(|c| c.done_ns.is_some()),
+                "{:?}",
+                a.cuda.collectives
+            );
+            let w = derive_alone(&a);
+            let waited: f64 = w[&0].fractions.iter().sum();
+            assert!((waited - 10.0).abs() < 0.5, "events {events}: {waited}");
+        }
+    }
+
+    #[test]
+    fn with_an_event_the_probes_missed_the_wait_lasts_until_the_next_collective() {
+        // The end event's record was not seen: the sync cannot tie itself to the all-reduce,
+        // which stays outstanding until the next one on its communicator.
+        let mut calls: Vec<_> = ddp_calls(10, true)
+            .into_iter()
+            .filter(|c| !matches!(c.op, crate::cuda::CudaOp::EventRecord { .. }))
+            .collect();
+        calls.extend(ddp_calls(11, true));
+        let mut a = straggler(&[], &[]);
+        a.cuda = crate::cuda::build(calls, Vec::new(), &BTreeMap::new(), 0);
+        let mine: Vec<_> = a.cuda.collectives.iter().filter(|c| c.pid == 10).collect();
+        assert!(mine.iter().all(|c| c.done_ns.is_none()), "{mine:?}");
+        let out = outstanding(&a, &[10]);
+        assert_eq!(out.0.first().map(|s| s.0), Some(2 * P));
+        assert_eq!(out.0.last().map(|s| s.1), Some(a.duration_ns));
+        // Without GPM the peers still show the wait.
+        let w = derive_alone(&a);
+        assert_eq!(w[&0].signal, WaitingSignal::Peers);
+        assert!(w[&0].fractions.iter().sum::<f64>() > 8.0, "{:?}", w[&0]);
+    }
 }
