@@ -14,6 +14,7 @@ pub const USAGE: &str = "usage: stallwork <command> [--key value]...
   pingpong --secs N [--cpu C]      two pinned threads bouncing a byte over pipes
   mix --secs N [--threads T]       CPU bursts, naps and small file IO
   cuda-late --lib L --delay-ms D --secs N [--preload P]
+  cuda-events --lib L --per-sec R --secs N
                                    after D ms dlopen P (if given) and L, then call L's
                                    cuCtxSynchronize every 10 ms";
 
@@ -65,6 +66,11 @@ pub enum Command {
         lib: String,
         preload: Option<String>,
         delay: Duration,
+        secs: Duration,
+    },
+    CudaEvents {
+        lib: String,
+        per_sec: u64,
         secs: Duration,
     },
 }
@@ -171,6 +177,11 @@ pub fn parse(argv: &[String]) -> io::Result<Command> {
             lib: o.need("lib")?,
             preload: o.take("preload")?,
             delay: Duration::from_millis(o.need("delay-ms")?),
+            secs: o.secs()?,
+        },
+        "cuda-events" => Command::CudaEvents {
+            lib: o.need("lib")?,
+            per_sec: o.need("per-sec")?,
             secs: o.secs()?,
         },
         other => return Err(invalid(format!("unknown command `{other}`"))),

@@ -86,3 +86,34 @@ pub fn cuda_late(
     out.flush()?;
     Ok(())
 }
+
+type EventRecord = unsafe extern "C" fn(*mut c_void, *mut c_void) -> i32;
+
+/// Announces readiness, dlopens `lib` and calls its cuEventRecord `per_sec` times a second
+/// (paced every millisecond) until `secs`, as code that records an event after every kernel
+/// does; prints `events n=N` at the end. Without an event the call fails, which is fine: the
+/// call is what the probes see.
+pub fn cuda_events(lib: &str, per_sec: u64, secs: Duration) -> io::Result<()> {
+    crate::announce_ready()?;
+    let handle = open(lib)?;
+    // SAFETY: the driver API's signatures.
+    let init: Init = unsafe { std::mem::transmute(sym(handle, "cuInit")?) };
+    // SAFETY: as above.
+    let record: EventRecord = unsafe { std::mem::transmute(sym(handle, "cuEventRecord")?) };
+    // SAFETY: a plain driver call.
+    unsafe { init(0) };
+    let start = Instant::now();
+    let mut done = 0u64;
+    while start.elapsed() < secs {
+        let due = (start.elapsed().as_nanos() * u128::from(per_sec) / 1_000_000_000) as u64;
+        while done < due {
+            // SAFETY: null handles are refused by the driver, not dereferenced.
+            unsafe { record(std::ptr::null_mut(), std::ptr::null_mut()) };
+            done += 1;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let mut out = io::stdout().lock();
+    writeln!(out, "events n={done}")?;
+    out.flush()
+}

@@ -39,6 +39,7 @@ pub fn run(command: Command) -> std::io::Result<()> {
             delay,
             secs,
         } => cuda::cuda_late(&lib, preload.as_deref(), delay, secs),
+        Command::CudaEvents { lib, per_sec, secs } => cuda::cuda_events(&lib, per_sec, secs),
     }
 }
 

@@ -190,3 +190,61 @@ fn a_library_only_inside_the_targets_mount_namespace_is_probed() {
         report["cuda"]
     );
 }
+
+/// Code that records an event after every kernel would pay two uprobe traps per call: past
+/// the guard's rate the event probes are removed, and the report says so; a DDP-like rate
+/// keeps them.
+#[test]
+fn event_probes_called_too_often_are_removed_and_the_report_says_so() {
+    require_root();
+    let _serial = serial();
+    let dir = Scratch::new("cuda-events");
+    let libs = sim_libs(&dir);
+    const SECS: u64 = 6;
+    for (per_sec, removed) in [(200u64, false), (20_000, true)] {
+        let (job, pid) = start(
+            Command::new(stallwork())
+                .env("LD_LIBRARY_PATH", &libs)
+                .env("STALLSCOPE_SIMGPU_STATE", dir.join("state"))
+                .args(["cuda-events", "--lib", "libcuda.so.1"])
+                .args(["--per-sec", &per_sec.to_string(), "--secs", "10"]),
+        );
+        std::thread::sleep(Duration::from_millis(300));
+        let (report, stderr) = record(pid, &dir, &format!("{SECS}s"));
+        drop(job);
+        let unavailable = report["unavailable"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|u| u["signal"] == "cuda-events")
+            .cloned();
+        let recorded = calls(&report, pid, "cuEventRecord");
+        let made = per_sec * SECS;
+        if removed {
+            let u = unavailable.unwrap_or_else(|| {
+                panic!(
+                    "{per_sec}/s: the event probes stayed: {}
+{stderr}",
+                    report["unavailable"]
+                )
+            });
+            assert!(
+                u["reason"]
+                    .as_str()
+                    .unwrap()
+                    .contains(&format!("PID {pid}")),
+                "{u}"
+            );
+            assert!(
+                (recorded as f64) < 0.6 * made as f64,
+                "{per_sec}/s: {recorded} of about {made} calls recorded after the removal"
+            );
+        } else {
+            assert!(unavailable.is_none(), "{per_sec}/s: {unavailable:?}");
+            assert!(
+                recorded as f64 >= 0.7 * made as f64,
+                "{per_sec}/s: only {recorded} of about {made} calls recorded"
+            );
+        }
+    }
+}

@@ -8,6 +8,8 @@
 mod causes;
 pub mod cuda_evidence;
 pub mod evidence;
+#[cfg(test)]
+mod fixtures;
 mod link;
 pub mod ranks;
 mod roles;

@@ -506,21 +506,11 @@ mod tests {
     }
 
     use crate::analysis::model::GpuTimeline;
-    use crate::cuda::{Collective, CollectiveSpan, RankInfo};
+    use crate::cuda::{CollectiveSpan, RankInfo};
     use crate::recording::record::{GpuInfo, GpuState};
 
     fn span(pid: u32, seq: u64, at: u64) -> CollectiveSpan {
-        CollectiveSpan {
-            pid,
-            tid: pid,
-            op: Collective::AllReduce,
-            bytes: 4,
-            comm: 1,
-            comm_id: Some(9),
-            seq,
-            enqueue_ns: at,
-            done_ns: None,
-        }
+        super::super::fixtures::all_reduce(pid, seq, at, None)
     }
 
     /// Three ranks, PIDs 10..12 on GPUs 0..2; rank 2 queues every collective 50 ms late, and

@@ -451,19 +451,7 @@ mod tests {
         }
     }
 
-    fn span(pid: u32, seq: u64, from: u64, to: Option<u64>) -> CollectiveSpan {
-        CollectiveSpan {
-            pid,
-            tid: pid,
-            op: Collective::AllReduce,
-            bytes: 4,
-            comm: 1,
-            comm_id: Some(9),
-            seq,
-            enqueue_ns: from,
-            done_ns: to,
-        }
-    }
+    use super::super::fixtures::all_reduce as span;
 
     fn analysis(gpus: Vec<GpuTimeline>, spans: Vec<CollectiveSpan>) -> Analysis {
         let mut a = Analysis {

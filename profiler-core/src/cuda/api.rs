@@ -172,6 +172,15 @@ impl Api {
     pub fn decode(&self, args: &[u64; 7], out: u64) -> CudaOp {
         (self.decode)(args, out)
     }
+
+    /// An event record or a cross-stream wait: a dependency between streams, probed while
+    /// its rate stays low.
+    pub fn is_event_dependency(&self) -> bool {
+        matches!(
+            self.decode(&[0; 7], 0),
+            CudaOp::EventRecord { .. } | CudaOp::StreamWaitEvent { .. }
+        )
+    }
 }
 
 /// Bytes per element of `ncclDataType_t`.

@@ -149,8 +149,7 @@ pub fn build(
     launch_probed_ns: u64,
 ) -> CudaView {
     calls.sort_by_key(|c| (c.start_ns, c.tid));
-    // Processes whose event records and cross-stream waits the probes saw: without them, a
-    // sync cannot tell that its stream waits on the NCCL stream.
+    // Processes whose event records and cross-stream waits the probes saw.
     let with_events: std::collections::BTreeSet<u32> = calls
         .iter()
         .filter(|c| {
@@ -169,6 +168,9 @@ pub fn build(
     let mut seqs: HashMap<(u32, u64), u64> = HashMap::new();
     let mut collectives: Vec<CollectiveSpan> = Vec::new();
     let mut copy_bytes: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
+    // When each process last recorded or waited for an event, and each stream was last synced.
+    let mut last_event: HashMap<u32, u64> = HashMap::new();
+    let mut last_sync: HashMap<(u32, u64), u64> = HashMap::new();
     let mut known_streams: HashSet<(u32, u64)> = Default::default();
     let mut known_pids: HashSet<u32> = Default::default();
     let mut provisional: Vec<(usize, (u32, Option<u64>))> = Vec::new();
@@ -269,9 +271,13 @@ pub fn build(
                 *seq += 1;
                 queues.push((c.pid, stream), Queued::Collective(collectives.len() - 1));
             }
-            CudaOp::EventRecord { event, stream } => queues.record_event(c.pid, event, stream),
+            CudaOp::EventRecord { event, stream } => {
+                queues.record_event(c.pid, event, stream);
+                last_event.insert(c.pid, c.start_ns);
+            }
             CudaOp::StreamWaitEvent { stream, event } => {
                 queues.wait_event(c.pid, stream, event);
+                last_event.insert(c.pid, c.start_ns);
             }
             CudaOp::CommInit {
                 nranks,
@@ -305,20 +311,24 @@ pub fn build(
                     provisional.push((waits.len(), key));
                 }
                 sync_keys.push((waits.len(), key, blind));
-                let events_seen = with_events.contains(&c.pid);
                 let outstanding = match scope {
                     SyncScope::Stream => {
                         let mut q = queues.stream(c.pid, handle);
-                        // Without the event probes, assume what frameworks do: the stream
-                        // waited for would wait for the collectives on the NCCL stream.
-                        if !events_seen {
+                        // Without event calls since the last sync on this stream (no event
+                        // probes, or removed for their rate), assume what frameworks do: the
+                        // stream waited for would wait for the collectives on the NCCL stream.
+                        let since = last_sync.insert((c.pid, handle), c.start_ns);
+                        let events_since = last_event
+                            .get(&c.pid)
+                            .is_some_and(|&e| since.is_none_or(|s| e >= s));
+                        if !events_since {
                             q.extend(queues.collectives_anywhere(c.pid));
                         }
                         q
                     }
                     SyncScope::Event => match queues.events.get(&(c.pid, handle)).cloned() {
-                        Some(ids) if events_seen => queues.complete(ids),
-                        _ => queues.all_streams(c.pid),
+                        Some(ids) => queues.complete(ids),
+                        None => queues.all_streams(c.pid),
                     },
                     SyncScope::Context => queues.all_streams(c.pid),
                 };
@@ -698,6 +708,21 @@ mod tests {
             [(0, 100, Some(190)), (1, 200, Some(290)), (2, 302, None)]
         );
         assert!(v.event_deps.contains(&7));
+    }
+
+    #[test]
+    fn once_the_event_probes_are_gone_a_stream_sync_takes_the_other_streams_collectives() {
+        let mut calls = ddp_step(100, true);
+        // The event probes were removed for their rate: the next steps have no event calls.
+        calls.extend(ddp_step(200, false));
+        calls.extend(ddp_step(300, false));
+        let v = build(calls, Vec::new(), &BTreeMap::new(), 0);
+        assert!(
+            v.waits.iter().all(|w| w.kind == WaitKind::Collective),
+            "{:?}",
+            v.waits
+        );
+        assert!(v.collectives.iter().all(|c| c.done_ns.is_some()));
     }
 
     #[test]

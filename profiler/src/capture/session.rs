@@ -163,6 +163,7 @@ impl Session {
                     write_process(self.sink.as_mut(), &r)?;
                     continue;
                 }
+                Record::CudaCall(_) => self.probes.note(&r),
                 _ => {}
             }
             self.sink.write(&r)?;
@@ -279,6 +280,9 @@ impl Session {
             threads,
         })?;
         if let Some(r) = self.probes.tick() {
+            self.sink.write(&r)?;
+        }
+        if let Some(r) = self.probes.guard_events(now) {
             self.sink.write(&r)?;
         }
         if let Some(gpu) = &self.gpu {

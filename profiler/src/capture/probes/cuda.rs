@@ -23,7 +23,7 @@ use aya::{
 };
 use profiler_common::cookie;
 use profiler_core::{
-    cuda::{APIS, Library, Probe},
+    cuda::{APIS, CudaOp, Library, Probe},
     record::{LaunchCount, Record},
 };
 
@@ -66,6 +66,12 @@ pub struct CudaProbes {
     early_launches: Option<Vec<(PathBuf, u64, u64)>>,
     /// Owned, so that they can be dropped (detached) in parallel at the end.
     links: Vec<UProbeLink>,
+    /// The event records' and cross-stream waits' links, kept apart to be removed when
+    /// their rate gets high (see `event_guard`).
+    event_links: Vec<UProbeLink>,
+    event_rate: super::event_guard::EventRate,
+    /// Set once they were removed: files found later get none.
+    events_off: bool,
     /// By (TID, API index): the counts already reported.
     last_counts: BTreeMap<(u32, u32), u64>,
     /// The process of each thread counted: a thread stays in its process.
@@ -89,6 +95,9 @@ impl CudaProbes {
             seen: HashSet::new(),
             duty_cycle: None,
             early_launches: Some(Vec::new()),
+            event_links: Vec::new(),
+            event_rate: Default::default(),
+            events_off: false,
             links: Vec::new(),
             last_counts: BTreeMap::new(),
             tgids: HashMap::new(),
@@ -215,12 +224,21 @@ impl CudaProbes {
                         0
                     };
                     let c = i as u64 | flags;
+                    let events = api.is_event_dependency();
+                    if events && self.events_off {
+                        continue;
+                    }
+                    let links = if events {
+                        &mut self.event_links
+                    } else {
+                        &mut self.links
+                    };
                     attach(ebpf, ENTER, in_ns, offset, c)
                         .and_then(|l| {
-                            self.links.push(l);
+                            links.push(l);
                             attach(ebpf, EXIT, in_ns, offset, c)
                         })
-                        .map(|l| self.links.push(l))
+                        .map(|l| links.push(l))
                 }
             };
             match result {
@@ -284,6 +302,49 @@ impl CudaProbes {
         })
     }
 
+    /// Counts the event records and cross-stream waits among the session's records.
+    pub fn note(&mut self, record: &Record) {
+        if let Record::CudaCall(c) = record
+            && matches!(
+                c.op,
+                CudaOp::EventRecord { .. } | CudaOp::StreamWaitEvent { .. }
+            )
+        {
+            self.event_rate.note(c.pid);
+        }
+    }
+
+    /// Removes the event probes once a process calls them too often, and says so; the
+    /// removal (a grace period per probe) runs on a thread of its own.
+    pub fn guard_events(&mut self, now_ns: u64) -> Option<Record> {
+        let (pid, rate) = self.event_rate.over(now_ns)?;
+        if self.events_off {
+            return None;
+        }
+        self.events_off = true;
+        let links = std::mem::take(&mut self.event_links);
+        let _ = std::thread::Builder::new()
+            .name("stallscope-unprobe".into())
+            .spawn(move || {
+                std::thread::scope(|s| {
+                    for link in links {
+                        s.spawn(move || drop(link));
+                    }
+                });
+            });
+        let reason = format!(
+            "PID {pid} recorded or waited for CUDA events {rate:.0} times a second (over {:.0}): \
+             their probes were removed to spare the job; from here on a sync is assumed to \
+             wait for the collectives on the process's other streams",
+            super::event_guard::MAX_PER_SEC
+        );
+        eprintln!("stallscope: note: {reason}");
+        Some(Record::Unavailable {
+            signal: "cuda-events".into(),
+            reason,
+        })
+    }
+
     /// Silences every probe at once; they are removed later by [`Self::release`].
     pub fn silence(&mut self, ebpf: &mut Ebpf) {
         if let Some(map) = ebpf.map_mut("CONTROL")
@@ -298,7 +359,8 @@ impl CudaProbes {
     /// under a kernel-wide lock (about 80 ms each here, seconds for a few dozen), so this
     /// runs while the report is written; join the handle before exiting.
     pub fn release(&mut self) -> Option<std::thread::JoinHandle<()>> {
-        let links = std::mem::take(&mut self.links);
+        let mut links = std::mem::take(&mut self.links);
+        links.append(&mut self.event_links);
         let duty_cycle = self.duty_cycle.take();
         if links.is_empty() && duty_cycle.is_none() {
             return None;

@@ -4,4 +4,5 @@
 pub mod cuda;
 pub mod dlopen;
 mod elf;
+pub mod event_guard;
 pub mod launch_duty;
