@@ -221,10 +221,11 @@ fn attribute_gpu(
             .and_then(|w| w.fractions.get(i))
             .map_or(0.0, |f| f.clamp(0.0, busy));
         let waited = (waiting_fraction * s.period_ns as f64) as u64;
-        let lost = idle + waited;
+        // Saturating: periods come from a file, which may be damaged.
+        let lost = idle.saturating_add(waited);
         out.observed_ns += s.period_ns;
         out.idle_ns += idle;
-        out.waiting_ns += waited;
+        out.waiting_ns = out.waiting_ns.saturating_add(waited);
         let mut host = index.window(&a.timeline, roles, start, end);
         host.launch_bound = launch_rate >= rules::LAUNCH_BOUND_PER_SEC;
         let feeder_probed = probed_since.is_some_and(|since| start >= since);
@@ -246,9 +247,11 @@ fn attribute_gpu(
         }
         *out.idle_by_cause.entry(label.cause).or_default() += idle;
         // Waiting in a collective is nccl_wait whatever the rules made of the idle part.
-        *out.lost_by_cause.entry(label.cause).or_default() += idle;
+        let by = out.lost_by_cause.entry(label.cause).or_default();
+        *by = by.saturating_add(idle);
         if waited > 0 {
-            *out.lost_by_cause.entry(Cause::NcclWait).or_default() += waited;
+            let by = out.lost_by_cause.entry(Cause::NcclWait).or_default();
+            *by = by.saturating_add(waited);
         }
         let window_cause = if waited > idle {
             Cause::NcclWait
@@ -263,7 +266,7 @@ fn attribute_gpu(
             {
                 stall.end_ns = end;
                 stall.idle_ns += idle;
-                stall.waiting_ns += waited;
+                stall.waiting_ns = stall.waiting_ns.saturating_add(waited);
             }
             (_, true) => {
                 if let Some(stall) = open.take() {
@@ -298,8 +301,8 @@ fn attribute_gpu(
     out.lost_by_cause.retain(|_, ns| *ns > 0);
     out.waiting = waiting;
     stalls.sort_by(|x, y| {
-        (y.idle_ns + y.waiting_ns)
-            .cmp(&(x.idle_ns + x.waiting_ns))
+        (y.idle_ns.saturating_add(y.waiting_ns))
+            .cmp(&x.idle_ns.saturating_add(x.waiting_ns))
             .then(x.start_ns.cmp(&y.start_ns))
     });
     stalls.truncate(MAX_STALLS);
@@ -336,7 +339,7 @@ fn cause_evidence(
             continue;
         }
         let w = by_cause.entry(cause).or_default();
-        w.idle_ns += idle;
+        w.idle_ns = w.idle_ns.saturating_add(idle);
         w.count += 1;
         match w.ranges.last_mut() {
             Some(last) if last.1 >= start => last.1 = last.1.max(end),
@@ -419,7 +422,8 @@ fn verdict(gpus: &[GpuAttribution]) -> Verdict {
     let mut by_cause: BTreeMap<Cause, u64> = BTreeMap::new();
     for g in gpus {
         for (c, ns) in &g.lost_by_cause {
-            *by_cause.entry(*c).or_default() += ns;
+            let by = by_cause.entry(*c).or_default();
+            *by = by.saturating_add(*ns);
         }
     }
     let idle: u64 = by_cause.values().sum();

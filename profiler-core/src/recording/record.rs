@@ -245,7 +245,10 @@ pub struct UnwindStats {
 
 impl UnwindStats {
     pub fn samples(&self) -> u64 {
-        self.complete + self.truncated + self.failed
+        // Saturating: the counts come from a file, which may be damaged.
+        self.complete
+            .saturating_add(self.truncated)
+            .saturating_add(self.failed)
     }
 }
 

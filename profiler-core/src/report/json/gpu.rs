@@ -82,8 +82,8 @@ pub fn json_stalls(attribution: Option<&Attribution>) -> Vec<&Stall> {
         .flat_map(|attr| attr.gpus.iter().flat_map(|g| g.stalls.iter()))
         .collect();
     stalls.sort_by(|x, y| {
-        (y.idle_ns + y.waiting_ns)
-            .cmp(&(x.idle_ns + x.waiting_ns))
+        (y.idle_ns.saturating_add(y.waiting_ns))
+            .cmp(&x.idle_ns.saturating_add(x.waiting_ns))
             .then(x.start_ns.cmp(&y.start_ns))
     });
     stalls

@@ -72,8 +72,12 @@ pub fn write_text<W: Write>(report: &Report<'_>, w: &mut W) -> io::Result<()> {
                 pct(*ns, g.observed_ns)
             )?;
         }
-        let waited = g.lost_by_cause.get(&Cause::NcclWait).copied().unwrap_or(0)
-            - g.idle_by_cause.get(&Cause::NcclWait).copied().unwrap_or(0);
+        let waited = g
+            .lost_by_cause
+            .get(&Cause::NcclWait)
+            .copied()
+            .unwrap_or(0)
+            .saturating_sub(g.idle_by_cause.get(&Cause::NcclWait).copied().unwrap_or(0));
         if waited > 0 {
             writeln!(
                 w,
