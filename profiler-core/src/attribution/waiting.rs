@@ -119,19 +119,18 @@ fn outstanding(a: &Analysis, pids: &[u32]) -> Spans {
         .iter()
         .filter(|c| pids.contains(&c.pid))
         .collect();
-    let spans = mine
-        .iter()
-        .enumerate()
-        .map(|(i, c)| {
-            let end = c.done_ns.unwrap_or_else(|| {
-                mine[i + 1..]
-                    .iter()
-                    .find(|n| n.pid == c.pid && n.comm == c.comm)
-                    .map_or(end_of_recording, |n| n.enqueue_ns)
-            });
-            (c.enqueue_ns, end.max(c.enqueue_ns))
-        })
-        .collect();
+    // Each collective's next on its communicator, from the back: one pass, not a scan each.
+    let mut next: std::collections::HashMap<(u32, u64), u64> = Default::default();
+    let mut spans: Vec<(u64, u64)> = Vec::with_capacity(mine.len());
+    for c in mine.iter().rev() {
+        let end = c.done_ns.unwrap_or_else(|| {
+            next.get(&(c.pid, c.comm))
+                .copied()
+                .unwrap_or(end_of_recording)
+        });
+        spans.push((c.enqueue_ns, end.max(c.enqueue_ns)));
+        next.insert((c.pid, c.comm), c.enqueue_ns);
+    }
     Spans::from(spans)
 }
 
@@ -326,7 +325,9 @@ fn by_gpm(
             let (start, end) = (s.start_ns(), s.ts_ns);
             let mid = start + (end - start) / 2;
             let u = f64::from(s.util_pct.min(100)) / 100.0;
-            let Some(i) = gpm.iter().find(|i| i.start <= mid && mid < i.end) else {
+            // Intervals are in time order and disjoint: the last one starting by `mid`.
+            let at = gpm.partition_point(|i| i.start <= mid);
+            let Some(i) = at.checked_sub(1).map(|k| &gpm[k]).filter(|i| mid < i.end) else {
                 return 0.0;
             };
             let share = ((c - i.ratio) / (c - e)).clamp(0.0, 1.0);
