@@ -41,6 +41,11 @@ impl Injected {
         }
     }
 
+    /// Whether the regression makes the DataLoader slower than the GPU.
+    pub fn slows_the_loader(self) -> bool {
+        matches!(self, Injected::DataloaderCpu | Injected::Disk)
+    }
+
     /// stallgen's arguments. The CPU, disk and host-memcpy speed knobs the test suite may
     /// set divide stallgen's costs; the injected costs are multiplied back, so the added
     /// idle time is the same on a simulated host of any speed.
@@ -76,6 +81,16 @@ impl Injected {
         args
     }
 }
+
+/// What stallgen says on stdout that a run waits for.
+enum Said {
+    Ready(String),
+    Behind,
+}
+
+/// How long a slowed loader may take to spend its lead: two prefetched batches at a few
+/// milliseconds a step, with room for a slow host.
+const BEHIND_WITHIN: Duration = Duration::from_secs(60);
 
 /// Runs and records on one simulated GPU.
 pub struct Runner {
@@ -150,18 +165,35 @@ impl Runner {
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if let Some(pid) = line.strip_prefix("ready pid=") {
-                    let _ = tx.send(pid.split_whitespace().next().unwrap_or("").to_owned());
-                }
+                let said = if let Some(pid) = line.strip_prefix("ready pid=") {
+                    Said::Ready(pid.split_whitespace().next().unwrap_or("").to_owned())
+                } else if line.starts_with("behind ") {
+                    Said::Behind
+                } else {
+                    continue;
+                };
+                let _ = tx.send(said);
             }
         });
-        let Ok(pid) = rx.recv_timeout(Duration::from_secs(60)) else {
+        let Ok(Said::Ready(pid)) = rx.recv_timeout(Duration::from_secs(60)) else {
             kill(&mut job);
             return Err(format!(
                 "stallgen {:?} never became ready",
                 injected.stallgen_args()
             ));
         };
+        // While the feeder starts up, a slow loader's worker fills every prefetch slot: a
+        // lead that takes seconds to spend when the worker is only a little slower than the
+        // GPU, and that hides the regression until then. The job says when it is spent.
+        if injected.slows_the_loader()
+            && !matches!(rx.recv_timeout(BEHIND_WITHIN), Ok(Said::Behind))
+        {
+            kill(&mut job);
+            return Err(format!(
+                "stallgen {:?}: the feeder never waited for a batch within {BEHIND_WITHIN:?}",
+                injected.stallgen_args()
+            ));
+        }
         std::thread::sleep(Duration::from_secs(1));
         let started = Instant::now();
         let rec = Command::new(self.release.join("stallscope"))

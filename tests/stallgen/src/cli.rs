@@ -22,8 +22,9 @@ pub use simgpu_state::THROTTLE_ENV;
 /// LD_LIBRARY_PATH).
 ///
 /// stdout carries `ready pid=<pid> workers=<pids>` once the first batch has flowed (with
-/// ranks, preceded by one `rank <r> pid=<pid> workers=<pids>` line per rank), and
-/// `steps=<n> secs=<s> steps_per_sec=<r>` at exit (`launch-bound` adds `launches=<n>
+/// ranks, preceded by one `rank <r> pid=<pid> workers=<pids>` line per rank), `behind
+/// step=<n> waited_ms=<ms>` the first time the feeder waits 1 ms or more for a batch (without
+/// ranks), and `steps=<n> secs=<s> steps_per_sec=<r>` at exit (`launch-bound` adds `launches=<n>
 /// launches_per_sec=<r>`).
 #[derive(Debug, Parser)]
 #[command(name = "stallgen")]

@@ -62,6 +62,22 @@ impl Out {
         Ok(())
     }
 
+    /// `behind step=<n> waited_ms=<ms>`, on stdout only: the first step whose batch was not
+    /// ready. A loader slower than the GPU has then spent the lead its workers built while
+    /// the feeder started, and the job runs as it will from now on.
+    fn behind(&mut self, step: u64, waited_ns: u64) -> Result<()> {
+        if let Self::Stdout = self {
+            let mut out = std::io::stdout().lock();
+            writeln!(
+                out,
+                "behind step={step} waited_ms={:.1}",
+                waited_ns as f64 / 1e6
+            )?;
+            out.flush()?;
+        }
+        Ok(())
+    }
+
     fn done(&mut self, totals: &str) -> Result<()> {
         match self {
             Self::Stdout => {
@@ -141,7 +157,15 @@ pub fn run(job: Job<'_>, truth: &mut Truth, out: &mut Out) -> Result<()> {
     train::step(&gpu, &mut feed, first, batch, ddp.as_ref(), &mut warmup)?;
     out.ready(&worker_pids)?;
 
-    let summary = train::train(&gpu, &mut feed, &shared, &schedule, truth, ddp.as_ref())?;
+    let summary = train::train(
+        &gpu,
+        &mut feed,
+        &shared,
+        &schedule,
+        truth,
+        ddp.as_ref(),
+        &mut |step, waited_ns| out.behind(step, waited_ns),
+    )?;
     out.done(&summary.totals(job.launches))?;
     let who = ddp
         .as_ref()

@@ -151,7 +151,12 @@ impl Summary {
     }
 }
 
-/// Runs steps from now until the schedule ends, recording each phase in `truth` as it ends,
+/// A wait for a batch this long means the loader has no batch in hand: whatever lead it had
+/// built (its workers fill every prefetch slot while the feeder starts up) is spent.
+const BEHIND_NS: u64 = 1_000_000;
+
+/// Runs steps from now until the schedule ends, calling `behind` (with the step and its wait)
+/// the first time the feeder waits [`BEHIND_NS`] or more for a batch, recording each phase in `truth` as it ends,
 /// with what its steps measured. With ranks, rank 0's clock ends the run for every rank
 /// (see [`crate::rank::Ring::runs_step`]).
 pub fn train(
@@ -161,8 +166,10 @@ pub fn train(
     schedule: &Schedule,
     truth: &mut Truth,
     ddp: Option<&Ddp>,
+    behind: &mut dyn FnMut(u64, u64) -> Result<()>,
 ) -> Result<Summary> {
     let t0 = sys::monotonic_ns();
+    let mut said_behind = false;
     shared.set_t0(t0);
     let end = t0 + schedule.total_ns;
     let mut recorded = 0;
@@ -185,6 +192,7 @@ pub fn train(
             recorded += 1;
         }
         let knobs = &schedule.phases[phase].knobs;
+        let waited_before = phases[phase].wait_ns;
         step(
             gpu,
             feed,
@@ -193,6 +201,11 @@ pub fn train(
             ddp,
             &mut phases[phase],
         )?;
+        let waited = phases[phase].wait_ns - waited_before;
+        if !said_behind && waited >= BEHIND_NS {
+            said_behind = true;
+            behind(steps, waited)?;
+        }
         steps += 1;
     }
     let stop = sys::monotonic_ns();
