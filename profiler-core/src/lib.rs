@@ -14,6 +14,7 @@ pub mod nvml;
 pub mod recording;
 pub mod report;
 mod table;
+pub mod timeline;
 mod units;
 
 pub use analysis::fold::{Analyzed, Analyzer, Folded, LoadInfo, analyze, load_reader};

@@ -81,23 +81,36 @@ pub struct CheckArgs {
 
 #[derive(Debug, Args)]
 pub struct OutputArgs {
-    /// The report's format on stdout.
+    /// What to write: `text` or `json` on stdout; `perfetto` (a .pftrace for ui.perfetto.dev)
+    /// and `html` (one self-contained page) as files beside the recording. Several may be
+    /// given, comma-separated or repeated (e.g. `--format text,html,perfetto`).
     #[arg(
         long,
         value_name = "FORMAT",
         default_value = "text",
-        value_parser = one_of::<Format, 2>(Format::ALL.map(Format::name)),
+        value_delimiter = ',',
+        action = clap::ArgAction::Append,
     )]
-    pub format: Format,
+    pub format: Vec<OutputFormat>,
     /// The same as --format json.
     #[arg(long, conflicts_with = "format")]
     pub json: bool,
-    /// Where to write flamegraphs and folded stacks (default: next to the recording).
+    /// Where to write flamegraphs, folded stacks and the Perfetto and HTML files (default:
+    /// next to the recording).
     #[arg(long, value_name = "DIR")]
     pub flamegraph_dir: Option<PathBuf>,
-    /// Write no flamegraphs or folded stacks, only the report.
-    #[arg(long, conflicts_with = "flamegraph_dir")]
+    /// Write no flamegraphs or folded stacks (an HTML report then has none).
+    #[arg(long)]
     pub no_flamegraphs: bool,
+}
+
+/// One of `--format`'s values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum OutputFormat {
+    Text,
+    Json,
+    Perfetto,
+    Html,
 }
 
 #[derive(Debug, Args)]
@@ -178,8 +191,25 @@ pub struct ReportArgs {
 }
 
 impl OutputArgs {
+    /// The report's format on stdout: JSON when asked for, else text.
     pub fn format(&self) -> Format {
-        if self.json { Format::Json } else { self.format }
+        if self.json || self.format.contains(&OutputFormat::Json) {
+            Format::Json
+        } else {
+            Format::Text
+        }
+    }
+
+    pub fn wants(&self, f: OutputFormat) -> bool {
+        self.format.contains(&f)
+    }
+
+    /// Where the flame graphs and timeline files of `recording` go.
+    pub fn dir_for(&self, recording: &std::path::Path) -> PathBuf {
+        self.flamegraph_dir
+            .clone()
+            .or_else(|| recording.parent().map(std::path::Path::to_path_buf))
+            .unwrap_or_else(|| PathBuf::from("."))
     }
 }
 
@@ -305,6 +335,20 @@ mod tests {
             format(&["report", "a.rec", "--format", "text", "--json"]),
             Err(clap::error::ErrorKind::ArgumentConflict)
         );
+        assert_eq!(
+            format(&["report", "a.rec", "--format", "html,json"]),
+            Ok(Format::Json)
+        );
+        let Command::Report(r) = parse(&[
+            "report", "a.rec", "--format", "perfetto", "--format", "html",
+        ])
+        .unwrap()
+        .command
+        else {
+            panic!("not report")
+        };
+        assert!(r.out.wants(OutputFormat::Perfetto) && r.out.wants(OutputFormat::Html));
+        assert_eq!(r.out.format(), Format::Text);
     }
 
     #[test]

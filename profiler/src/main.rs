@@ -7,6 +7,7 @@ mod owner;
 mod privileges;
 mod recorder;
 mod spawn;
+mod timeline_files;
 
 use clap::Parser as _;
 

@@ -14,7 +14,27 @@ use profiler_core::{
     attribution::Attribution, attribution::Cause, load_reader, report::flamegraph as folded,
 };
 
-use crate::{cli::OutputArgs, owner};
+use crate::{
+    cli::OutputArgs,
+    owner,
+    timeline_files::{self, Subject},
+};
+use profiler_core::timeline::{self, TimelineEvents};
+
+/// The timed events the timeline files need, kept before the attribution frees them.
+fn keep_for_timeline(folded: &Folded, out: &OutputArgs) -> Option<TimelineEvents> {
+    timeline_files::wanted(out).then(|| {
+        let tick = folded.analysis.meta.as_ref().map_or(0, |m| m.tick_ns);
+        TimelineEvents::keep(&folded.timed, tick)
+    })
+}
+
+fn file_name(recording: &Path) -> String {
+    recording.file_name().map_or_else(
+        || recording.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    )
+}
 
 /// The recording folded, not yet attributed.
 fn load(recording: &Path) -> anyhow::Result<(Folded, LoadInfo)> {
@@ -54,22 +74,25 @@ pub fn render_many(recordings: &[PathBuf], out: &OutputArgs) -> anyhow::Result<(
     );
     let mut loaded = Vec::new();
     let mut drawn = Ok(());
+    let mut svgs = Vec::new();
     for (r, (folded, load)) in folded_all {
+        let events = keep_for_timeline(&folded, out);
         let (analysis, attribution, paths) = attribute_and_draw(folded, r, out, &calibration);
         match paths {
             Ok(paths) => {
                 for p in paths {
                     eprintln!("stallscope: wrote {}", p.display());
+                    svgs.push(p);
                 }
             }
             Err(e) => drawn = drawn.and(Err(e)),
         }
-        loaded.push((r, analysis, attribution, load));
+        loaded.push((r, analysis, attribution, load, events));
     }
     let job = JobReport::new(
         loaded
             .iter()
-            .map(|(path, a, attribution, load)| {
+            .map(|(path, a, attribution, load, _)| {
                 (
                     path.display().to_string(),
                     Report::new(a, attribution.as_ref(), load),
@@ -81,15 +104,34 @@ pub fn render_many(recordings: &[PathBuf], out: &OutputArgs) -> anyhow::Result<(
     let mut stdout = stdout.lock();
     out.format().renderer().render_job(&job, &mut stdout)?;
     stdout.flush()?;
+    if timeline_files::wanted(out) {
+        let lanes: Vec<_> = loaded
+            .iter()
+            .filter_map(|(path, a, attribution, _, events)| {
+                let events = events.as_ref()?;
+                Some(timeline::build(
+                    &file_name(path),
+                    a,
+                    attribution.as_ref(),
+                    events,
+                ))
+            })
+            .collect();
+        let (dir, stem) = flamegraph_place(&recordings[0], out);
+        timeline_files::write(
+            out,
+            &dir,
+            &format!("{stem}-job"),
+            Subject::Job(&job),
+            &lanes,
+            &svgs,
+        )?;
+    }
     drawn
 }
 
 fn flamegraph_place(recording: &Path, out: &OutputArgs) -> (PathBuf, String) {
-    let dir = out
-        .flamegraph_dir
-        .clone()
-        .or_else(|| recording.parent().map(Path::to_path_buf))
-        .unwrap_or_else(|| PathBuf::from("."));
+    let dir = out.dir_for(recording);
     let stem = recording
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
@@ -102,20 +144,40 @@ fn flamegraph_place(recording: &Path, out: &OutputArgs) -> (PathBuf, String) {
 pub fn render(recording: &Path, out: &OutputArgs) -> anyhow::Result<()> {
     let (folded, load) = load(recording)?;
     let calibration = profiler_core::attribution::waiting::calibration(&[&folded.analysis]);
+    let events = keep_for_timeline(&folded, out);
     let (analysis, attribution, drawn) = attribute_and_draw(folded, recording, out, &calibration);
     let report = Report::new(&analysis, attribution.as_ref(), &load);
     let stdout = std::io::stdout();
     let mut stdout = stdout.lock();
     out.format().renderer().render(&report, &mut stdout)?;
     stdout.flush()?;
+    drop(stdout);
+    let svgs: &[PathBuf] = match &drawn {
+        Ok(paths) => {
+            for p in paths {
+                eprintln!("stallscope: wrote {}", p.display());
+            }
+            paths
+        }
+        Err(_) => &[],
+    };
+    let files = events.map_or(Ok(()), |events| {
+        let lanes = timeline::build(
+            &file_name(recording),
+            &analysis,
+            attribution.as_ref(),
+            &events,
+        );
+        drop(events);
+        let (dir, stem) = flamegraph_place(recording, out);
+        timeline_files::write(out, &dir, &stem, Subject::One(&report), &[lanes], svgs)
+    });
     drop(report);
     // Freeing an hour's model piece by piece takes a tenth of a second; the process is about
     // to exit and the OS takes it back at once.
     std::mem::forget(analysis);
-    for p in drawn? {
-        eprintln!("stallscope: wrote {}", p.display());
-    }
-    Ok(())
+    drawn?;
+    files
 }
 
 /// Attributes the GPU idle time and, unless told not to, writes the flame graphs and folded

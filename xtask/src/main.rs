@@ -193,6 +193,8 @@ fn test(sim_speed: f64, fuzz_minutes: f64, extra: &[String]) -> anyhow::Result<(
     ])?;
     // The real PyTorch job of the tests (tests/pyjob/train.py) runs in this virtualenv.
     let torch = setup::ensure_torch()?;
+    // The timeline tests decode traces with Perfetto's schema and open pages in Chromium.
+    let (viewer_python, chromium) = setup::ensure_viewer()?;
     run(cargo().args(["fmt", "--all", "--", "--check"]))?;
     run(cargo().args([
         "clippy",
@@ -216,6 +218,8 @@ fn test(sim_speed: f64, fuzz_minutes: f64, extra: &[String]) -> anyhow::Result<(
     ])
     .env("STALLSCOPE_BIN", release_bin("stallscope"))
     .env("STALLSCOPE_TORCH_PYTHON", &torch)
+    .env("STALLSCOPE_VIEWER_PYTHON", &viewer_python)
+    .env("STALLSCOPE_CHROMIUM", &chromium)
     .args(extra);
     test_run::set_sim_speed(&mut cmd, sim_speed);
     let tested = test_run::run(&mut cmd, &root().join("target/test-reruns.txt"));

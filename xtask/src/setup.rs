@@ -13,6 +13,10 @@ const BPF_LINKER_VERSION: &str = "0.13.0";
 const TORCH: &str = "2.15.0";
 const NUMPY: &str = "numpy==2.4.6";
 const LLVM_FEATURE: &str = "llvm-22";
+/// What the timeline tests decode and drive with: Perfetto's Python package (its
+/// `perfetto_trace_pb2`), the protobuf runtime it needs, and Playwright (its driver only: the
+/// browser is Debian's chromium).
+const VIEWER_PACKAGES: [&str; 3] = ["perfetto==0.59.1", "protobuf==7.36.2", "playwright==1.65.2"];
 
 fn home() -> PathBuf {
     std::env::var_os("HOME")
@@ -174,4 +178,52 @@ pub fn ensure_torch() -> anyhow::Result<PathBuf> {
         bail!("torch {TORCH} does not import from {}", python.display());
     }
     Ok(python)
+}
+
+/// The interpreter of the virtualenv the timeline tests run their checks with.
+pub fn viewer_python() -> PathBuf {
+    home().join(".cache/stallscope/viewer-venv/bin/python")
+}
+
+/// Installs Debian's chromium and, into a cached virtualenv, [`VIEWER_PACKAGES`], unless they
+/// are there; returns the interpreter and the browser.
+pub fn ensure_viewer() -> anyhow::Result<(PathBuf, PathBuf)> {
+    ensure_debian(&[("chromium", "chromium")])?;
+    let chromium = PathBuf::from("/usr/bin/chromium");
+    let python = viewer_python();
+    let want: Vec<(&str, &str)> = VIEWER_PACKAGES
+        .iter()
+        .filter_map(|p| p.split_once("=="))
+        .collect();
+    let check = format!(
+        "import sys, importlib.metadata as m; sys.exit(any(m.version(n) != v for n, v in {want:?}))"
+    );
+    let installed = || {
+        Command::new(&python)
+            .args(["-c", &check])
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if !installed() {
+        let venv = python
+            .parent()
+            .and_then(|bin| bin.parent())
+            .context("the virtualenv's directory")?;
+        eprintln!(
+            "xtask: installing {VIEWER_PACKAGES:?} from PyPI into {}",
+            venv.display()
+        );
+        run(Command::new("python3").args(["-m", "venv"]).arg(venv))?;
+        run(Command::new(venv.join("bin/pip"))
+            .args(["install", "-q"])
+            .args(VIEWER_PACKAGES))?;
+        if !installed() {
+            bail!(
+                "{VIEWER_PACKAGES:?} do not import from {}",
+                python.display()
+            );
+        }
+    }
+    Ok((python, chromium))
 }

@@ -98,6 +98,24 @@ pub struct GpuAttribution {
     /// flamegraphs per cause.
     #[serde(skip)]
     pub windows: Vec<(u64, u64, u64, Cause)>,
+    /// Each window as the rules saw it, in time order: what the timeline draws.
+    #[serde(skip)]
+    pub labels: Vec<WindowLabel>,
+}
+
+/// One window's label in full: its idle and waiting time, the cause of each, and every
+/// cause's score.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WindowLabel {
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub idle_ns: u64,
+    /// Busy to NVML, but only waiting in a collective: always `nccl_wait`.
+    pub waiting_ns: u64,
+    /// The cause of the idle part.
+    pub cause: Cause,
+    pub reason: Option<String>,
+    pub scores: Scores,
 }
 
 /// The answer in plain words, in bands after TensorFlow's input-pipeline analyzer: a cause
@@ -259,6 +277,15 @@ fn attribute_gpu(
             label.cause
         };
         out.windows.push((start, end, lost, window_cause));
+        out.labels.push(WindowLabel {
+            start_ns: start,
+            end_ns: end,
+            idle_ns: idle,
+            waiting_ns: waited,
+            cause: label.cause,
+            reason: label.reason.clone(),
+            scores: label.scores,
+        });
         let stalled = s.period_ns > 0 && lost as f64 >= STALL_IDLE_FRACTION * s.period_ns as f64;
         match (&mut open, stalled) {
             (Some(stall), true)

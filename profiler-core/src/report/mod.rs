@@ -5,7 +5,10 @@
 //! from it through [`Render`]; several recordings of one job render as a [`JobReport`].
 //! Flame graphs are written per cause beside the report, from [`flamegraph`].
 pub mod flamegraph;
+pub mod html;
 pub mod json;
+#[cfg(feature = "perfetto")]
+pub mod perfetto;
 pub mod text;
 
 use std::io::{self, Write};

@@ -1,0 +1,482 @@
+//! The timeline as a Perfetto trace (`.pftrace`), encoded with Perfetto's own protos (the
+//! `perfetto_protos` crate, generated from Perfetto's published `.proto` files).
+//!
+//! One packet sequence. Per recording a top-level track names the host and file; under it,
+//! per GPU: its utilization and GPM SM-activity counters, its lost time as slices named by
+//! cause, its stalls. Each traced process is a Perfetto process (its ranks named), each
+//! thread a thread track holding its states, with the thread's CUDA calls and block IOs and
+//! the process's NCCL collectives as child tracks of the process. On-CPU samples are
+//! `PerfSample`s with interned callstacks, so the UI draws them as a CPU profile.
+//!
+//! Timestamps are the recording's CLOCK_MONOTONIC; with several recordings (hosts), each is
+//! moved to wall-clock time so the ranks line up as closely as the hosts' clocks agree, and
+//! the clock caveat goes into every recording's metadata.
+use std::collections::BTreeMap;
+use std::io::{self, Write};
+
+use perfetto_protos::counter_descriptor::CounterDescriptor;
+use perfetto_protos::debug_annotation::{DebugAnnotation, debug_annotation};
+use perfetto_protos::interned_data::InternedData;
+use perfetto_protos::process_descriptor::ProcessDescriptor;
+use perfetto_protos::profile_common::{Callstack, Frame, InternedString, Mapping};
+use perfetto_protos::profile_packet::PerfSample;
+use perfetto_protos::thread_descriptor::ThreadDescriptor;
+use perfetto_protos::trace_packet::{TracePacket, trace_packet};
+use perfetto_protos::track_descriptor::{TrackDescriptor, track_descriptor};
+use perfetto_protos::track_event::{TrackEvent, track_event};
+use protobuf::{CodedOutputStream, EnumOrUnknown};
+
+use crate::timeline::{Arg, Point, RecordingLanes, Slice};
+
+const SEQUENCE: u32 = 1;
+const SEQ_INCREMENTAL_STATE_CLEARED: u32 = 1;
+const SEQ_NEEDS_INCREMENTAL_STATE: u32 = 2;
+/// PIDs of the second and later recordings are moved up by this much (Linux's PID_MAX_LIMIT)
+/// times the recording's index, so that hosts' PIDs never merge.
+const PID_SPACE: u32 = 1 << 22;
+
+fn io_err(e: protobuf::Error) -> io::Error {
+    io::Error::other(e)
+}
+
+struct Encoder<'w> {
+    out: CodedOutputStream<'w>,
+    next_uuid: u64,
+    next_iid: u64,
+    first: bool,
+}
+
+impl Encoder<'_> {
+    fn packet(&mut self, mut p: TracePacket) -> io::Result<()> {
+        p.optional_trusted_packet_sequence_id = Some(
+            trace_packet::Optional_trusted_packet_sequence_id::TrustedPacketSequenceId(SEQUENCE),
+        );
+        if self.first {
+            p.sequence_flags = Some(SEQ_INCREMENTAL_STATE_CLEARED);
+            p.first_packet_on_sequence = Some(true);
+            self.first = false;
+        }
+        self.out.write_message(1, &p).map_err(io_err)
+    }
+
+    fn uuid(&mut self) -> u64 {
+        self.next_uuid += 1;
+        self.next_uuid
+    }
+
+    fn iid(&mut self) -> u64 {
+        self.next_iid += 1;
+        self.next_iid
+    }
+
+    fn track(&mut self, d: TrackDescriptor) -> io::Result<()> {
+        let mut p = TracePacket::new();
+        p.data = Some(trace_packet::Data::TrackDescriptor(d));
+        self.packet(p)
+    }
+
+    fn named_track(&mut self, parent: Option<u64>, name: &str) -> io::Result<u64> {
+        let uuid = self.uuid();
+        let mut d = TrackDescriptor::new();
+        d.uuid = Some(uuid);
+        d.parent_uuid = parent;
+        d.static_or_dynamic_name = Some(track_descriptor::Static_or_dynamic_name::Name(
+            name.to_owned(),
+        ));
+        self.track(d)?;
+        Ok(uuid)
+    }
+
+    fn counter_track(&mut self, parent: u64, name: &str, unit: &str) -> io::Result<u64> {
+        let uuid = self.uuid();
+        let mut d = TrackDescriptor::new();
+        d.uuid = Some(uuid);
+        d.parent_uuid = Some(parent);
+        d.static_or_dynamic_name = Some(track_descriptor::Static_or_dynamic_name::Name(
+            name.to_owned(),
+        ));
+        let mut c = CounterDescriptor::new();
+        c.unit_name = Some(unit.to_owned());
+        d.counter = Some(c).into();
+        self.track(d)?;
+        Ok(uuid)
+    }
+
+    fn event(&mut self, ts: u64, e: TrackEvent) -> io::Result<()> {
+        let mut p = TracePacket::new();
+        p.timestamp = Some(ts);
+        p.data = Some(trace_packet::Data::TrackEvent(e));
+        self.packet(p)
+    }
+
+    fn slice(&mut self, track: u64, s: &Slice, clock: &Clock) -> io::Result<()> {
+        let mut begin = TrackEvent::new();
+        begin.type_ = Some(EnumOrUnknown::new(track_event::Type::TYPE_SLICE_BEGIN));
+        begin.track_uuid = Some(track);
+        begin.name_field = Some(track_event::Name_field::Name(s.name.clone()));
+        begin.debug_annotations = s.args.iter().map(|(k, v)| annotation(k, v)).collect();
+        self.event(clock.ts(s.start_ns), begin)?;
+        let mut end = TrackEvent::new();
+        end.type_ = Some(EnumOrUnknown::new(track_event::Type::TYPE_SLICE_END));
+        end.track_uuid = Some(track);
+        self.event(clock.ts(s.end_ns), end)
+    }
+
+    fn slices<'s>(
+        &mut self,
+        track: u64,
+        slices: impl IntoIterator<Item = &'s Slice>,
+        clock: &Clock,
+    ) -> io::Result<()> {
+        for s in slices {
+            self.slice(track, s, clock)?;
+        }
+        Ok(())
+    }
+
+    fn counter(&mut self, track: u64, points: &[Point], clock: &Clock) -> io::Result<()> {
+        for p in points {
+            let mut e = TrackEvent::new();
+            e.type_ = Some(EnumOrUnknown::new(track_event::Type::TYPE_COUNTER));
+            e.track_uuid = Some(track);
+            e.counter_value_field = Some(track_event::Counter_value_field::DoubleCounterValue(
+                p.value,
+            ));
+            self.event(clock.ts(p.ts_ns), e)?;
+        }
+        Ok(())
+    }
+}
+
+fn annotation(name: &str, value: &Arg) -> DebugAnnotation {
+    let mut d = match value {
+        Arg::Json(v) => json_annotation(v),
+        other => {
+            let mut d = DebugAnnotation::new();
+            d.value = Some(match other {
+                Arg::Int(i) => debug_annotation::Value::IntValue(*i),
+                Arg::Float(f) => debug_annotation::Value::DoubleValue(*f),
+                Arg::Str(s) => debug_annotation::Value::StringValue(s.clone()),
+                Arg::Json(_) => unreachable!("matched above"),
+            });
+            d
+        }
+    };
+    d.name_field = Some(debug_annotation::Name_field::Name(name.to_owned()));
+    d
+}
+
+fn json_annotation(v: &serde_json::Value) -> DebugAnnotation {
+    use serde_json::Value as J;
+    let mut d = DebugAnnotation::new();
+    match v {
+        J::Null => d.value = Some(debug_annotation::Value::StringValue("null".into())),
+        J::Bool(b) => d.value = Some(debug_annotation::Value::BoolValue(*b)),
+        J::Number(n) => {
+            d.value = Some(match (n.as_i64(), n.as_f64()) {
+                (Some(i), _) => debug_annotation::Value::IntValue(i),
+                (None, Some(f)) => debug_annotation::Value::DoubleValue(f),
+                (None, None) => debug_annotation::Value::StringValue(n.to_string()),
+            });
+        }
+        J::String(s) => d.value = Some(debug_annotation::Value::StringValue(s.clone())),
+        J::Array(items) => d.array_values = items.iter().map(json_annotation).collect(),
+        J::Object(map) => {
+            d.dict_entries = map
+                .iter()
+                .map(|(k, v)| {
+                    let mut e = json_annotation(v);
+                    e.name_field = Some(debug_annotation::Name_field::Name(k.clone()));
+                    e
+                })
+                .collect();
+        }
+    }
+    d
+}
+
+/// A recording's timestamps as the trace writes them.
+struct Clock {
+    offset: i128,
+}
+
+impl Clock {
+    fn ts(&self, ns: u64) -> u64 {
+        (i128::from(ns) + self.offset).clamp(0, i128::from(u64::MAX)) as u64
+    }
+}
+
+/// Writes `recordings` as one trace. `clock_note` is the caveat of comparing hosts' times.
+pub fn write_trace(
+    recordings: &[RecordingLanes<'_>],
+    clock_note: Option<&str>,
+    w: &mut dyn Write,
+) -> io::Result<()> {
+    let wall = recordings.len() > 1 && recordings.iter().all(|r| r.wall_offset_ns != 0);
+    let mut enc = Encoder {
+        out: CodedOutputStream::new(w),
+        next_uuid: 0,
+        next_iid: 0,
+        first: true,
+    };
+    for (k, r) in recordings.iter().enumerate() {
+        let clock = Clock {
+            offset: if wall { r.wall_offset_ns } else { 0 },
+        };
+        let pid_base = PID_SPACE * k as u32;
+        recording(&mut enc, r, &clock, pid_base, clock_note)?;
+    }
+    enc.out.flush().map_err(io_err)
+}
+
+fn recording(
+    enc: &mut Encoder<'_>,
+    r: &RecordingLanes<'_>,
+    clock: &Clock,
+    pid_base: u32,
+    clock_note: Option<&str>,
+) -> io::Result<()> {
+    let host = if r.host.is_empty() { "host" } else { &r.host };
+    let top = enc.named_track(None, &format!("stallscope: {host} ({})", r.name))?;
+    let mut meta = TrackEvent::new();
+    meta.type_ = Some(EnumOrUnknown::new(track_event::Type::TYPE_INSTANT));
+    meta.track_uuid = Some(top);
+    meta.name_field = Some(track_event::Name_field::Name("recording".into()));
+    let mut args = vec![
+        annotation("file", &Arg::Str(r.name.clone())),
+        annotation("host", &Arg::Str(host.to_owned())),
+        annotation(
+            "duration_s",
+            &Arg::Float((r.end_ns - r.start_ns) as f64 / 1e9),
+        ),
+        annotation(
+            "timestamps",
+            &Arg::Str(if clock.offset != 0 {
+                "wall-clock time (each host's CLOCK_MONOTONIC moved by its start time)".into()
+            } else {
+                "the host's CLOCK_MONOTONIC".into()
+            }),
+        ),
+    ];
+    if let Some(note) = clock_note {
+        args.push(annotation("clock_caveat", &Arg::Str(note.to_owned())));
+    }
+    meta.debug_annotations = args;
+    enc.event(clock.ts(r.start_ns), meta)?;
+
+    for g in &r.gpus {
+        let gpu = enc.named_track(Some(top), &format!("GPU {}: {}", g.index, g.name))?;
+        let util = enc.counter_track(gpu, &format!("GPU {} utilization (NVML)", g.index), "%")?;
+        enc.counter(util, &g.util, clock)?;
+        if !g.sm_active.is_empty() {
+            let sm = enc.counter_track(gpu, &format!("GPU {} SM active (GPM)", g.index), "%")?;
+            enc.counter(sm, &g.sm_active, clock)?;
+        }
+        let lost = enc.named_track(
+            Some(gpu),
+            &format!("GPU {} lost time by cause (idle, then waiting)", g.index),
+        )?;
+        enc.slices(lost, g.lost.iter().map(|(_, _, s)| s), clock)?;
+        let stalls = enc.named_track(Some(gpu), &format!("GPU {} stalls", g.index))?;
+        enc.slices(stalls, g.stalls.iter().map(|(_, s)| s), clock)?;
+    }
+
+    for p in &r.processes {
+        let pid = pid_base + p.pid;
+        let uuid = enc.uuid();
+        let mut d = TrackDescriptor::new();
+        d.uuid = Some(uuid);
+        let mut pd = ProcessDescriptor::new();
+        pd.pid = Some(pid as i32);
+        let rank = match (p.rank, p.collectives.is_empty()) {
+            (Some(n), _) => format!(" · rank {n}"),
+            (None, false) => " · rank ?".to_owned(),
+            (None, true) => String::new(),
+        };
+        pd.process_name = Some(format!("{} (pid {}{rank}, {host})", p.name, p.pid));
+        pd.cmdline = p.cmdline.split(' ').map(str::to_owned).collect();
+        d.process = Some(pd).into();
+        enc.track(d)?;
+        for lane in &p.collectives {
+            let t = enc.named_track(Some(uuid), "NCCL collectives (queued → done on the GPU)")?;
+            enc.slices(t, lane, clock)?;
+        }
+        for t in &p.threads {
+            let tuuid = enc.uuid();
+            let mut d = TrackDescriptor::new();
+            d.uuid = Some(tuuid);
+            d.parent_uuid = Some(uuid);
+            let mut td = ThreadDescriptor::new();
+            td.pid = Some(pid as i32);
+            td.tid = Some((pid_base + t.tid) as i32);
+            td.thread_name = Some(format!("{} ({})", t.name, t.role));
+            d.thread = Some(td).into();
+            enc.track(d)?;
+            enc.slices(tuuid, t.states.iter().map(|(_, s)| s), clock)?;
+            for (i, lane) in t.cuda.iter().enumerate() {
+                let name = format!("{} {}: CUDA calls{}", t.name, t.tid, depth(i));
+                let c = enc.named_track(Some(uuid), &name)?;
+                enc.slices(c, lane, clock)?;
+            }
+            for (i, lane) in t.block_io.iter().enumerate() {
+                let name = format!("{} {}: block IO{}", t.name, t.tid, depth(i));
+                let c = enc.named_track(Some(uuid), &name)?;
+                enc.slices(c, lane, clock)?;
+            }
+        }
+    }
+    samples(enc, r, clock, pid_base)
+}
+
+fn depth(i: usize) -> String {
+    if i == 0 {
+        String::new()
+    } else {
+        format!(" ({})", i + 1)
+    }
+}
+
+/// The on-CPU samples, after one packet interning every stack they use.
+fn samples(
+    enc: &mut Encoder<'_>,
+    r: &RecordingLanes<'_>,
+    clock: &Clock,
+    pid_base: u32,
+) -> io::Result<()> {
+    if r.samples.is_empty() {
+        return Ok(());
+    }
+    let mut interned = InternedData::new();
+    let mapping = enc.iid();
+    let path = enc.iid();
+    interned
+        .mapping_paths
+        .push(interned_string(path, "[symbolized by stallscope]"));
+    let mut m = Mapping::new();
+    m.iid = Some(mapping);
+    m.path_string_ids = vec![path];
+    interned.mappings.push(m);
+    let mut functions: BTreeMap<String, u64> = BTreeMap::new();
+    let mut callstacks: BTreeMap<u32, u64> = BTreeMap::new();
+    for s in &r.samples {
+        if callstacks.contains_key(&s.stack) {
+            continue;
+        }
+        let unknown = vec![format!("[unknown stack {}]", s.stack)];
+        let frames = r.stacks.get(&s.stack).unwrap_or(&unknown);
+        let mut ids = Vec::with_capacity(frames.len());
+        for f in frames {
+            let name = match functions.get(f.as_str()) {
+                Some(&id) => id,
+                None => {
+                    let id = enc.iid();
+                    interned.function_names.push(interned_string(id, f));
+                    functions.insert(f.clone(), id);
+                    id
+                }
+            };
+            let frame = enc.iid();
+            let mut fr = Frame::new();
+            fr.iid = Some(frame);
+            fr.function_name_id = Some(name);
+            fr.mapping_id = Some(mapping);
+            interned.frames.push(fr);
+            ids.push(frame);
+        }
+        let cs = enc.iid();
+        let mut c = Callstack::new();
+        c.iid = Some(cs);
+        c.frame_ids = ids;
+        interned.callstacks.push(c);
+        callstacks.insert(s.stack, cs);
+    }
+    let mut p = TracePacket::new();
+    p.sequence_flags = Some(SEQ_NEEDS_INCREMENTAL_STATE);
+    p.interned_data = Some(interned).into();
+    p.timestamp = Some(clock.ts(r.start_ns));
+    enc.packet(p)?;
+    for s in &r.samples {
+        let mut ps = PerfSample::new();
+        ps.pid = Some(pid_base + s.pid);
+        ps.tid = Some(pid_base + s.tid);
+        ps.callstack_iid = callstacks.get(&s.stack).copied();
+        let mut p = TracePacket::new();
+        p.timestamp = Some(clock.ts(s.ts_ns));
+        p.sequence_flags = Some(SEQ_NEEDS_INCREMENTAL_STATE);
+        p.data = Some(trace_packet::Data::PerfSample(ps));
+        enc.packet(p)?;
+    }
+    Ok(())
+}
+
+fn interned_string(iid: u64, s: &str) -> InternedString {
+    let mut i = InternedString::new();
+    i.iid = Some(iid);
+    i.str = Some(s.as_bytes().to_vec());
+    i
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::attribution::attribute;
+    use crate::timeline::{TimelineEvents, build};
+    use protobuf::Message as _;
+
+    const DDP: &[u8] = include_bytes!("../../tests/recordings/gpu/v1-nccl-straggler-ddp.rec");
+
+    #[test]
+    fn the_trace_decodes_with_perfettos_schema_and_holds_every_slice() {
+        let (folded, _) = crate::load_reader(DDP).unwrap();
+        let attribution = attribute(&folded.analysis, &folded.timed).unwrap();
+        let events = TimelineEvents::keep(&folded.timed, 50_000_000);
+        let lanes = build("ddp.rec", &folded.analysis, Some(&attribution), &events);
+        let mut bytes = Vec::new();
+        write_trace(std::slice::from_ref(&lanes), None, &mut bytes).unwrap();
+        let trace = perfetto_protos::trace::Trace::parse_from_bytes(&bytes).unwrap();
+        let begins = trace
+            .packet
+            .iter()
+            .filter(|p| {
+                p.track_event().type_() == track_event::Type::TYPE_SLICE_BEGIN
+                    && p.has_track_event()
+            })
+            .count();
+        let ends = trace
+            .packet
+            .iter()
+            .filter(|p| {
+                p.has_track_event() && p.track_event().type_() == track_event::Type::TYPE_SLICE_END
+            })
+            .count();
+        let slices: usize = lanes
+            .gpus
+            .iter()
+            .map(|g| g.lost.len() + g.stalls.len())
+            .sum::<usize>()
+            + lanes
+                .processes
+                .iter()
+                .map(|p| {
+                    p.collectives.iter().map(Vec::len).sum::<usize>()
+                        + p.threads
+                            .iter()
+                            .map(|t| {
+                                t.states.len()
+                                    + t.cuda.iter().map(Vec::len).sum::<usize>()
+                                    + t.block_io.iter().map(Vec::len).sum::<usize>()
+                            })
+                            .sum::<usize>()
+                })
+                .sum::<usize>();
+        assert_eq!((begins, ends), (slices, slices));
+        let samples = trace.packet.iter().filter(|p| p.has_perf_sample()).count();
+        assert_eq!(samples, lanes.samples.len());
+        let processes = trace
+            .packet
+            .iter()
+            .filter(|p| p.has_track_descriptor() && p.track_descriptor().process.is_some())
+            .count();
+        assert_eq!(processes, lanes.processes.len());
+    }
+}

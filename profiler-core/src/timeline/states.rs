@@ -1,0 +1,132 @@
+//! Each thread's states over time, from the per-tick accounting.
+//!
+//! A tick says how long a thread spent in each state, not in what order: its slice for the
+//! tick is cut into one piece per state, ending at the tick (a thread that started during the
+//! tick shows from when its time begins), in the fixed order of [`STATES`]. Neighbouring
+//! pieces in one state are joined, so a thread blocked for a minute is one slice. Every
+//! thread's slices add up to its counted time.
+use std::collections::BTreeMap;
+
+use super::Slice;
+use crate::analysis::model::TickSlice;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ThreadState {
+    Blocked,
+    IoWait,
+    RunQueue,
+    OnCpu,
+}
+
+/// The order of a tick's pieces.
+pub const STATES: [ThreadState; 4] = [
+    ThreadState::Blocked,
+    ThreadState::IoWait,
+    ThreadState::RunQueue,
+    ThreadState::OnCpu,
+];
+
+impl ThreadState {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Blocked => "blocked",
+            Self::IoWait => "IO wait",
+            Self::RunQueue => "run queue",
+            Self::OnCpu => "on-CPU",
+        }
+    }
+}
+
+/// Every thread's state slices, by TID.
+pub fn thread_states(ticks: &[TickSlice]) -> BTreeMap<u32, Vec<(ThreadState, Slice)>> {
+    let mut out: BTreeMap<u32, Vec<(ThreadState, Slice)>> = BTreeMap::new();
+    for tick in ticks {
+        for d in &tick.threads {
+            let parts = [d.blocked_ns, d.io_wait_ns, d.runqueue_ns, d.on_cpu_ns];
+            let total: u64 = parts.iter().fold(0u64, |s, &p| s.saturating_add(p));
+            if total == 0 {
+                continue;
+            }
+            let lane = out.entry(d.tid).or_default();
+            let prev_end = lane.last().map_or(0, |(_, s)| s.end_ns);
+            // The recorder can move time between ticks after the fact, so a tick can hold more
+            // than its length: it then starts where the last one ended, and runs past its end.
+            let mut at = tick.end_ns.saturating_sub(total).max(prev_end);
+            for (state, ns) in STATES.into_iter().zip(parts) {
+                if ns == 0 {
+                    continue;
+                }
+                let end = at.saturating_add(ns);
+                match lane.last_mut() {
+                    Some((last, s)) if *last == state && s.end_ns == at => s.end_ns = end,
+                    _ => lane.push((state, Slice::new(at, end, state.name()))),
+                }
+                at = end;
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::model::ThreadDelta;
+
+    fn tick(start: u64, end: u64, threads: Vec<ThreadDelta>) -> TickSlice {
+        TickSlice {
+            start_ns: start,
+            end_ns: end,
+            threads,
+        }
+    }
+
+    #[test]
+    fn pieces_end_at_the_tick_join_across_ticks_and_sum_to_the_counters() {
+        let d = |on, blocked| ThreadDelta {
+            tid: 7,
+            on_cpu_ns: on,
+            blocked_ns: blocked,
+            ..ThreadDelta::default()
+        };
+        let ticks = vec![
+            tick(0, 100, vec![d(30, 40)]),
+            tick(100, 200, vec![d(0, 100)]),
+            tick(200, 300, vec![d(60, 40)]),
+        ];
+        let lanes = thread_states(&ticks);
+        let lane = &lanes[&7];
+        let got: Vec<(ThreadState, u64, u64)> = lane
+            .iter()
+            .map(|(st, s)| (*st, s.start_ns, s.end_ns))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (ThreadState::Blocked, 30, 70),
+                (ThreadState::OnCpu, 70, 100),
+                (ThreadState::Blocked, 100, 240),
+                (ThreadState::OnCpu, 240, 300),
+            ]
+        );
+        let on: u64 = lane
+            .iter()
+            .filter(|(st, _)| *st == ThreadState::OnCpu)
+            .map(|(_, s)| s.dur_ns())
+            .sum();
+        assert_eq!(on, 90);
+    }
+
+    #[test]
+    fn an_overfull_tick_starts_where_the_last_ended_and_never_overlaps_it() {
+        let d = |on| ThreadDelta {
+            tid: 1,
+            on_cpu_ns: on,
+            ..ThreadDelta::default()
+        };
+        let ticks = vec![tick(0, 100, vec![d(100)]), tick(100, 200, vec![d(150)])];
+        let lane = &thread_states(&ticks)[&1];
+        assert_eq!(lane.len(), 1, "one on-CPU run: {lane:?}");
+        assert_eq!((lane[0].1.start_ns, lane[0].1.end_ns), (0, 250));
+    }
+}
