@@ -15,11 +15,20 @@ use profiler_core::{
 };
 
 use crate::{
-    cli::OutputArgs,
+    cli::{OutputArgs, OutputFormat},
     owner,
     timeline_files::{self, Subject},
 };
+use profiler_core::report::html::Flamegraph;
 use profiler_core::timeline::{self, TimelineEvents};
+
+/// What drawing the flame graphs made: the files, and for an HTML report, each graph again
+/// with its narrowest frames left out.
+#[derive(Default)]
+struct Drawn {
+    paths: Vec<PathBuf>,
+    embedded: Vec<Flamegraph>,
+}
 
 /// The timed events the timeline files need, kept before the attribution frees them.
 fn keep_for_timeline(folded: &Folded, out: &OutputArgs) -> Option<TimelineEvents> {
@@ -75,24 +84,30 @@ pub fn render_many(recordings: &[PathBuf], out: &OutputArgs) -> anyhow::Result<(
     let mut loaded = Vec::new();
     let mut drawn = Ok(());
     let mut svgs = Vec::new();
+    let mut kept = Vec::new();
     for (r, (folded, load)) in folded_all {
         let events = keep_for_timeline(&folded, out);
         let (analysis, attribution, paths) = attribute_and_draw(folded, r, out, &calibration);
         match paths {
-            Ok(paths) => {
-                for p in paths {
+            Ok(d) => {
+                for p in d.paths {
                     eprintln!("stallscope: wrote {}", p.display());
-                    svgs.push(p);
                 }
+                let file = file_name(r);
+                svgs.extend(d.embedded.into_iter().map(|g| Flamegraph {
+                    name: format!("{file}: {}", g.name),
+                    svg: g.svg,
+                }));
             }
             Err(e) => drawn = drawn.and(Err(e)),
         }
-        loaded.push((r, analysis, attribution, load, events));
+        loaded.push((r, analysis, attribution, load));
+        kept.push(events);
     }
     let job = JobReport::new(
         loaded
             .iter()
-            .map(|(path, a, attribution, load, _)| {
+            .map(|(path, a, attribution, load)| {
                 (
                     path.display().to_string(),
                     Report::new(a, attribution.as_ref(), load),
@@ -107,13 +122,13 @@ pub fn render_many(recordings: &[PathBuf], out: &OutputArgs) -> anyhow::Result<(
     if timeline_files::wanted(out) {
         let lanes: Vec<_> = loaded
             .iter()
-            .filter_map(|(path, a, attribution, _, events)| {
-                let events = events.as_ref()?;
+            .zip(kept)
+            .filter_map(|((path, a, attribution, _), events)| {
                 Some(timeline::build(
                     &file_name(path),
                     a,
                     attribution.as_ref(),
-                    events,
+                    events?,
                 ))
             })
             .collect();
@@ -152,12 +167,12 @@ pub fn render(recording: &Path, out: &OutputArgs) -> anyhow::Result<()> {
     out.format().renderer().render(&report, &mut stdout)?;
     stdout.flush()?;
     drop(stdout);
-    let svgs: &[PathBuf] = match &drawn {
-        Ok(paths) => {
-            for p in paths {
+    let graphs: &[Flamegraph] = match &drawn {
+        Ok(d) => {
+            for p in &d.paths {
                 eprintln!("stallscope: wrote {}", p.display());
             }
-            paths
+            &d.embedded
         }
         Err(_) => &[],
     };
@@ -166,11 +181,10 @@ pub fn render(recording: &Path, out: &OutputArgs) -> anyhow::Result<()> {
             &file_name(recording),
             &analysis,
             attribution.as_ref(),
-            &events,
+            events,
         );
-        drop(events);
         let (dir, stem) = flamegraph_place(recording, out);
-        timeline_files::write(out, &dir, &stem, Subject::One(&report), &[lanes], svgs)
+        timeline_files::write(out, &dir, &stem, Subject::One(&report), &[lanes], graphs)
     });
     drop(report);
     // Freeing an hour's model piece by piece takes a tenth of a second; the process is about
@@ -188,19 +202,21 @@ fn attribute_and_draw(
     recording: &Path,
     out: &OutputArgs,
     calibration: &Calibration,
-) -> (Analysis, Option<Attribution>, anyhow::Result<Vec<PathBuf>>) {
+) -> (Analysis, Option<Attribution>, anyhow::Result<Drawn>) {
     let Folded { analysis, timed } = folded;
     let (dir, stem) = flamegraph_place(recording, out);
     if out.no_flamegraphs {
         let attribution = attribute_with(&analysis, &timed, calibration);
-        return (analysis, attribution, Ok(Vec::new()));
+        return (analysis, attribution, Ok(Drawn::default()));
     }
     if let Err(e) = std::fs::create_dir_all(&dir) {
         let attribution = attribute_with(&analysis, &timed, calibration);
         let e = Err(e).with_context(|| format!("cannot create {}", dir.display()));
         return (analysis, attribution, e);
     }
-    let (attribution, written) = draw_while_attributing(&analysis, timed, &dir, &stem, calibration);
+    let embed = out.wants(OutputFormat::Html);
+    let (attribution, written) =
+        draw_while_attributing(&analysis, timed, &dir, &stem, calibration, embed);
     (analysis, attribution, written)
 }
 
@@ -226,7 +242,8 @@ fn draw_while_attributing(
     dir: &Path,
     stem: &str,
     calibration: &Calibration,
-) -> (Option<Attribution>, anyhow::Result<Vec<PathBuf>>) {
+    embed: bool,
+) -> (Option<Attribution>, anyhow::Result<Drawn>) {
     let a = analysis;
     let (tx, rx) = std::sync::mpsc::channel::<(usize, Graph<'_>)>();
     let rx = std::sync::Mutex::new(rx);
@@ -240,7 +257,7 @@ fn draw_while_attributing(
             let Ok((i, graph)) = next else {
                 break;
             };
-            let done = write_graph(dir, stem, graph);
+            let done = write_graph(dir, stem, graph, embed);
             if let Ok(mut results) = results.lock() {
                 results.insert(i, done);
             }
@@ -309,20 +326,27 @@ fn draw_while_attributing(
         .into_inner()
         .map_err(|_| anyhow::anyhow!("a flame graph thread panicked"))
         .and_then(|results| {
-            let mut written = Vec::new();
+            let mut written = Drawn::default();
             for done in results.into_values() {
-                written.extend(done?);
+                let (paths, embedded) = done?;
+                written.paths.extend(paths);
+                written.embedded.extend(embedded);
             }
             Ok(written)
         });
     (attribution, written)
 }
 
-fn write_graph(dir: &Path, stem: &str, graph: Graph<'_>) -> anyhow::Result<Vec<PathBuf>> {
+fn write_graph(
+    dir: &Path,
+    stem: &str,
+    graph: Graph<'_>,
+    embed: bool,
+) -> anyhow::Result<(Vec<PathBuf>, Option<Flamegraph>)> {
     let Graph { name, title, fold } = graph;
     let (lines, unit) = fold();
     if lines.is_empty() {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), None));
     }
     let folded_path = dir.join(format!("{stem}.{name}.folded"));
     let writing = |path: &Path| format!("cannot write {}", path.display());
@@ -336,5 +360,16 @@ fn write_graph(dir: &Path, stem: &str, graph: Graph<'_>) -> anyhow::Result<Vec<P
         .map_err(anyhow::Error::from)
         .and_then(|()| w.flush().map_err(anyhow::Error::from))
         .with_context(|| writing(&svg_path))?;
-    Ok(vec![folded_path, svg_path])
+    let embedded = if embed {
+        let mut svg = Vec::new();
+        folded::embedded_svg(&lines, &title, unit, &mut svg)
+            .with_context(|| format!("drawing the {name} flame graph for the HTML report"))?;
+        Some(Flamegraph {
+            name,
+            svg: String::from_utf8_lossy(&svg).into_owned(),
+        })
+    } else {
+        None
+    };
+    Ok((vec![folded_path, svg_path], embedded))
 }

@@ -3,7 +3,7 @@
 //! with how to open it.
 use std::{
     io::{BufWriter, Write as _},
-    path::{Path, PathBuf},
+    path::Path,
 };
 
 use anyhow::Context as _;
@@ -32,14 +32,14 @@ pub enum Subject<'r, 'a> {
 }
 
 /// Writes the files `out` asks for, as `<dir>/<stem>.pftrace` and `<dir>/<stem>.html`, and
-/// says where they went. `svgs` are the flame graphs already written.
+/// says where they went. `graphs` are the flame graphs for the page.
 pub fn write(
     out: &OutputArgs,
     dir: &Path,
     stem: &str,
     subject: Subject<'_, '_>,
     lanes: &[RecordingLanes<'_>],
-    svgs: &[PathBuf],
+    graphs: &[Flamegraph],
 ) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let clock_note = match &subject {
@@ -55,22 +55,10 @@ pub fn write(
         );
     }
     if out.wants(OutputFormat::Html) {
-        let mut graphs = Vec::new();
-        for svg in svgs
-            .iter()
-            .filter(|p| p.extension().is_some_and(|e| e == "svg"))
-        {
-            let text = std::fs::read_to_string(svg)
-                .with_context(|| format!("cannot read {} back", svg.display()))?;
-            graphs.push(Flamegraph {
-                name: graph_name(svg),
-                svg: text,
-            });
-        }
         let path = dir.join(format!("{stem}.html"));
         write_file(&path, |w| match &subject {
-            Subject::One(r) => html::write_page(html::Page::One(r), lanes, &graphs, w),
-            Subject::Job(j) => html::write_page(html::Page::Job(j), lanes, &graphs, w),
+            Subject::One(r) => html::write_page(html::Page::One(r), lanes, graphs, w),
+            Subject::Job(j) => html::write_page(html::Page::Job(j), lanes, graphs, w),
         })?;
         let shown = std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone());
         eprintln!(
@@ -80,16 +68,6 @@ pub fn write(
         );
     }
     Ok(())
-}
-
-/// `run.cause-disk.svg` → `cause-disk`.
-fn graph_name(svg: &Path) -> String {
-    let name = svg
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    name.rsplit_once('.')
-        .map_or(name.clone(), |(_, kind)| kind.to_owned())
 }
 
 fn write_file(

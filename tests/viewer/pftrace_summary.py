@@ -32,7 +32,10 @@ def main(path):
     samples = 0
     sample_pids = set()
     metadata = []
+    names = {}
     for p in trace.packet:
+        for n in p.interned_data.event_names:
+            names[n.iid] = n.name
         kind = p.WhichOneof("data")
         if kind == "track_descriptor":
             d = p.track_descriptor
@@ -55,7 +58,8 @@ def main(path):
                 if s["open"] is not None:
                     s["overlaps"] += 1
                 args = annotations(ev)
-                s["open"] = (p.timestamp, ev.name, args.get("part"))
+                name = ev.name if ev.HasField("name") else names.get(ev.name_iid)
+                s["open"] = (p.timestamp, name, args.get("part"))
             elif ev.type == TYPE_SLICE_END:
                 if s["open"] is None:
                     s["overlaps"] += 1

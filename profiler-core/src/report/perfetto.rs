@@ -11,7 +11,7 @@
 //! Timestamps are the recording's CLOCK_MONOTONIC; with several recordings (hosts), each is
 //! moved to wall-clock time so the ranks line up as closely as the hosts' clocks agree, and
 //! the clock caveat goes into every recording's metadata.
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::{self, Write};
 
 use perfetto_protos::counter_descriptor::CounterDescriptor;
@@ -19,11 +19,10 @@ use perfetto_protos::debug_annotation::{DebugAnnotation, debug_annotation};
 use perfetto_protos::interned_data::InternedData;
 use perfetto_protos::process_descriptor::ProcessDescriptor;
 use perfetto_protos::profile_common::{Callstack, Frame, InternedString, Mapping};
-use perfetto_protos::profile_packet::PerfSample;
 use perfetto_protos::thread_descriptor::ThreadDescriptor;
 use perfetto_protos::trace_packet::{TracePacket, trace_packet};
 use perfetto_protos::track_descriptor::{TrackDescriptor, track_descriptor};
-use perfetto_protos::track_event::{TrackEvent, track_event};
+use perfetto_protos::track_event::{EventName, track_event};
 use protobuf::{CodedOutputStream, EnumOrUnknown};
 
 use crate::timeline::{Arg, Point, RecordingLanes, Slice};
@@ -43,20 +42,55 @@ struct Encoder<'w> {
     out: CodedOutputStream<'w>,
     next_uuid: u64,
     next_iid: u64,
-    first: bool,
+    /// One packet reused for every track event and one for every sample: a fresh
+    /// `TracePacket` is large, and building one per event was most of the encoding time.
+    event: TracePacket,
+    sample: TracePacket,
+    /// Event names interned so far; a name's first event carries its interning.
+    names: HashMap<String, u64>,
 }
 
-impl Encoder<'_> {
+impl<'w> Encoder<'w> {
+    fn new(w: &'w mut dyn Write) -> io::Result<Self> {
+        let seq = || {
+            Some(
+                trace_packet::Optional_trusted_packet_sequence_id::TrustedPacketSequenceId(
+                    SEQUENCE,
+                ),
+            )
+        };
+        let mut event = TracePacket::new();
+        event.optional_trusted_packet_sequence_id = seq();
+        event.sequence_flags = Some(SEQ_NEEDS_INCREMENTAL_STATE);
+        event.mut_track_event();
+        let mut sample = event.clone();
+        sample.mut_perf_sample();
+        let mut enc = Encoder {
+            out: CodedOutputStream::new(w),
+            next_uuid: 0,
+            next_iid: 0,
+            event,
+            sample,
+            names: HashMap::new(),
+        };
+        let mut first = TracePacket::new();
+        first.optional_trusted_packet_sequence_id = seq();
+        first.sequence_flags = Some(SEQ_INCREMENTAL_STATE_CLEARED);
+        first.first_packet_on_sequence = Some(true);
+        enc.write(&first)?;
+        Ok(enc)
+    }
+
+    fn write(&mut self, p: &TracePacket) -> io::Result<()> {
+        self.out.write_message(1, p).map_err(io_err)
+    }
+
+    /// A packet of its own (track descriptors, interned stacks) on the sequence.
     fn packet(&mut self, mut p: TracePacket) -> io::Result<()> {
         p.optional_trusted_packet_sequence_id = Some(
             trace_packet::Optional_trusted_packet_sequence_id::TrustedPacketSequenceId(SEQUENCE),
         );
-        if self.first {
-            p.sequence_flags = Some(SEQ_INCREMENTAL_STATE_CLEARED);
-            p.first_packet_on_sequence = Some(true);
-            self.first = false;
-        }
-        self.out.write_message(1, &p).map_err(io_err)
+        self.write(&p)
     }
 
     fn uuid(&mut self) -> u64 {
@@ -102,24 +136,72 @@ impl Encoder<'_> {
         Ok(uuid)
     }
 
-    fn event(&mut self, ts: u64, e: TrackEvent) -> io::Result<()> {
-        let mut p = TracePacket::new();
-        p.timestamp = Some(ts);
-        p.data = Some(trace_packet::Data::TrackEvent(e));
-        self.packet(p)
+    /// Writes the reused event packet at `ts`, then clears what only this event had.
+    fn emit(&mut self, ts: u64) -> io::Result<()> {
+        self.event.timestamp = Some(ts);
+        let r = self.out.write_message(1, &self.event).map_err(io_err);
+        self.event.interned_data.clear();
+        let e = self.event.mut_track_event();
+        e.name_field = None;
+        e.debug_annotations.clear();
+        e.counter_value_field = None;
+        r
     }
 
-    fn slice(&mut self, track: u64, s: &Slice, clock: &Clock) -> io::Result<()> {
-        let mut begin = TrackEvent::new();
-        begin.type_ = Some(EnumOrUnknown::new(track_event::Type::TYPE_SLICE_BEGIN));
-        begin.track_uuid = Some(track);
-        begin.name_field = Some(track_event::Name_field::Name(s.name.clone()));
-        begin.debug_annotations = s.args.iter().map(|(k, v)| annotation(k, v)).collect();
-        self.event(clock.ts(s.start_ns), begin)?;
-        let mut end = TrackEvent::new();
-        end.type_ = Some(EnumOrUnknown::new(track_event::Type::TYPE_SLICE_END));
-        end.track_uuid = Some(track);
-        self.event(clock.ts(s.end_ns), end)
+    fn instant(
+        &mut self,
+        track: u64,
+        ts: u64,
+        name: &str,
+        args: Vec<DebugAnnotation>,
+    ) -> io::Result<()> {
+        self.name(name);
+        let e = self.event.mut_track_event();
+        e.type_ = Some(EnumOrUnknown::new(track_event::Type::TYPE_INSTANT));
+        e.track_uuid = Some(track);
+        e.debug_annotations = args;
+        self.emit(ts)
+    }
+
+    /// Sets the event's name by iid, interning it in this packet if it is new.
+    fn name(&mut self, name: &str) {
+        let iid = match self.names.get(name) {
+            Some(&iid) => iid,
+            None => {
+                let iid = self.iid();
+                self.names.insert(name.to_owned(), iid);
+                let mut n = EventName::new();
+                n.iid = Some(iid);
+                n.name = Some(name.to_owned());
+                self.event
+                    .interned_data
+                    .mut_or_insert_default()
+                    .event_names
+                    .push(n);
+                iid
+            }
+        };
+        self.event.mut_track_event().name_field = Some(track_event::Name_field::NameIid(iid));
+    }
+
+    fn span(
+        &mut self,
+        track: u64,
+        start: u64,
+        end: u64,
+        name: &str,
+        args: &[(&'static str, Arg)],
+    ) -> io::Result<()> {
+        self.name(name);
+        let e = self.event.mut_track_event();
+        e.type_ = Some(EnumOrUnknown::new(track_event::Type::TYPE_SLICE_BEGIN));
+        e.track_uuid = Some(track);
+        e.debug_annotations
+            .extend(args.iter().map(|(k, v)| annotation(k, v)));
+        self.emit(start)?;
+        let e = self.event.mut_track_event();
+        e.type_ = Some(EnumOrUnknown::new(track_event::Type::TYPE_SLICE_END));
+        self.emit(end)
     }
 
     fn slices<'s>(
@@ -129,22 +211,43 @@ impl Encoder<'_> {
         clock: &Clock,
     ) -> io::Result<()> {
         for s in slices {
-            self.slice(track, s, clock)?;
+            self.span(
+                track,
+                clock.ts(s.start_ns),
+                clock.ts(s.end_ns),
+                &s.name,
+                &s.args,
+            )?;
         }
         Ok(())
     }
 
     fn counter(&mut self, track: u64, points: &[Point], clock: &Clock) -> io::Result<()> {
         for p in points {
-            let mut e = TrackEvent::new();
+            let e = self.event.mut_track_event();
             e.type_ = Some(EnumOrUnknown::new(track_event::Type::TYPE_COUNTER));
             e.track_uuid = Some(track);
             e.counter_value_field = Some(track_event::Counter_value_field::DoubleCounterValue(
                 p.value,
             ));
-            self.event(clock.ts(p.ts_ns), e)?;
+            self.emit(clock.ts(p.ts_ns))?;
         }
         Ok(())
+    }
+
+    fn perf_sample(
+        &mut self,
+        ts: u64,
+        pid: u32,
+        tid: u32,
+        callstack: Option<u64>,
+    ) -> io::Result<()> {
+        self.sample.timestamp = Some(ts);
+        let ps = self.sample.mut_perf_sample();
+        ps.pid = Some(pid);
+        ps.tid = Some(tid);
+        ps.callstack_iid = callstack;
+        self.out.write_message(1, &self.sample).map_err(io_err)
     }
 }
 
@@ -213,12 +316,7 @@ pub fn write_trace(
     w: &mut dyn Write,
 ) -> io::Result<()> {
     let wall = recordings.len() > 1 && recordings.iter().all(|r| r.wall_offset_ns != 0);
-    let mut enc = Encoder {
-        out: CodedOutputStream::new(w),
-        next_uuid: 0,
-        next_iid: 0,
-        first: true,
-    };
+    let mut enc = Encoder::new(w)?;
     for (k, r) in recordings.iter().enumerate() {
         let clock = Clock {
             offset: if wall { r.wall_offset_ns } else { 0 },
@@ -238,10 +336,6 @@ fn recording(
 ) -> io::Result<()> {
     let host = if r.host.is_empty() { "host" } else { &r.host };
     let top = enc.named_track(None, &format!("stallscope: {host} ({})", r.name))?;
-    let mut meta = TrackEvent::new();
-    meta.type_ = Some(EnumOrUnknown::new(track_event::Type::TYPE_INSTANT));
-    meta.track_uuid = Some(top);
-    meta.name_field = Some(track_event::Name_field::Name("recording".into()));
     let mut args = vec![
         annotation("file", &Arg::Str(r.name.clone())),
         annotation("host", &Arg::Str(host.to_owned())),
@@ -261,8 +355,7 @@ fn recording(
     if let Some(note) = clock_note {
         args.push(annotation("clock_caveat", &Arg::Str(note.to_owned())));
     }
-    meta.debug_annotations = args;
-    enc.event(clock.ts(r.start_ns), meta)?;
+    enc.instant(top, clock.ts(r.start_ns), "recording", args)?;
 
     for g in &r.gpus {
         let gpu = enc.named_track(Some(top), &format!("GPU {}: {}", g.index, g.name))?;
@@ -312,7 +405,10 @@ fn recording(
             td.thread_name = Some(format!("{} ({})", t.name, t.role));
             d.thread = Some(td).into();
             enc.track(d)?;
-            enc.slices(tuuid, t.states.iter().map(|(_, s)| s), clock)?;
+            for run in &t.states {
+                let (start, end) = (clock.ts(run.start_ns), clock.ts(run.end_ns));
+                enc.span(tuuid, start, end, run.state.name(), &[])?;
+            }
             for (i, lane) in t.cuda.iter().enumerate() {
                 let name = format!("{} {}: CUDA calls{}", t.name, t.tid, depth(i));
                 let c = enc.named_track(Some(uuid), &name)?;
@@ -395,16 +491,17 @@ fn samples(
     p.interned_data = Some(interned).into();
     p.timestamp = Some(clock.ts(r.start_ns));
     enc.packet(p)?;
+    let pids: HashMap<u32, u32> = r
+        .processes
+        .iter()
+        .flat_map(|p| p.threads.iter().map(move |t| (t.tid, p.pid)))
+        .collect();
     for s in &r.samples {
-        let mut ps = PerfSample::new();
-        ps.pid = Some(pid_base + s.pid);
-        ps.tid = Some(pid_base + s.tid);
-        ps.callstack_iid = callstacks.get(&s.stack).copied();
-        let mut p = TracePacket::new();
-        p.timestamp = Some(clock.ts(s.ts_ns));
-        p.sequence_flags = Some(SEQ_NEEDS_INCREMENTAL_STATE);
-        p.data = Some(trace_packet::Data::PerfSample(ps));
-        enc.packet(p)?;
+        let Some(&pid) = pids.get(&s.tid) else {
+            continue;
+        };
+        let stack = callstacks.get(&s.stack).copied();
+        enc.perf_sample(clock.ts(s.ts_ns), pid_base + pid, pid_base + s.tid, stack)?;
     }
     Ok(())
 }
@@ -430,7 +527,7 @@ mod tests {
         let (folded, _) = crate::load_reader(DDP).unwrap();
         let attribution = attribute(&folded.analysis, &folded.timed).unwrap();
         let events = TimelineEvents::keep(&folded.timed, 50_000_000);
-        let lanes = build("ddp.rec", &folded.analysis, Some(&attribution), &events);
+        let lanes = build("ddp.rec", &folded.analysis, Some(&attribution), events);
         let mut bytes = Vec::new();
         write_trace(std::slice::from_ref(&lanes), None, &mut bytes).unwrap();
         let trace = perfetto_protos::trace::Trace::parse_from_bytes(&bytes).unwrap();

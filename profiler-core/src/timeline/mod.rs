@@ -9,6 +9,7 @@
 mod lanes;
 mod states;
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use crate::analysis::model::Analysis;
@@ -19,7 +20,7 @@ use crate::cuda::WaitKind;
 use crate::recording::record::IN_PROGRESS;
 
 pub use lanes::pack;
-pub use states::{STATES, ThreadState, thread_states};
+pub use states::{STATES, StateRun, ThreadState, thread_states};
 
 /// A value attached to a slice.
 #[derive(Clone, Debug, PartialEq)]
@@ -36,12 +37,12 @@ pub enum Arg {
 pub struct Slice {
     pub start_ns: u64,
     pub end_ns: u64,
-    pub name: String,
+    pub name: Cow<'static, str>,
     pub args: Vec<(&'static str, Arg)>,
 }
 
 impl Slice {
-    pub fn new(start_ns: u64, end_ns: u64, name: impl Into<String>) -> Self {
+    pub fn new(start_ns: u64, end_ns: u64, name: impl Into<Cow<'static, str>>) -> Self {
         Slice {
             start_ns,
             end_ns: end_ns.max(start_ns),
@@ -94,7 +95,7 @@ pub struct ThreadLanes {
     pub name: String,
     /// `feeder`, `worker` or `other`.
     pub role: &'static str,
-    pub states: Vec<(ThreadState, Slice)>,
+    pub states: Vec<StateRun>,
     /// CUDA and NCCL calls; a call inside another (cudart over the driver) goes to a lower lane.
     pub cuda: Vec<Vec<Slice>>,
     pub block_io: Vec<Vec<Slice>>,
@@ -111,15 +112,6 @@ pub struct ProcessLanes {
     pub collectives: Vec<Vec<Slice>>,
 }
 
-/// An on-CPU sample: a thread's stack (an id into [`RecordingLanes::stacks`], root first).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct StackSample {
-    pub ts_ns: u64,
-    pub pid: u32,
-    pub tid: u32,
-    pub stack: u32,
-}
-
 /// One recording (one host) as lanes.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RecordingLanes<'a> {
@@ -131,7 +123,8 @@ pub struct RecordingLanes<'a> {
     pub wall_offset_ns: i128,
     pub gpus: Vec<GpuLanes>,
     pub processes: Vec<ProcessLanes>,
-    pub samples: Vec<StackSample>,
+    /// On-CPU samples of the traced threads, each a stack id into `stacks` (root first).
+    pub samples: Vec<TimedCpuSample>,
     pub stacks: &'a BTreeMap<u32, Vec<String>>,
 }
 
@@ -205,7 +198,7 @@ pub fn build<'a>(
     name: &str,
     a: &'a Analysis,
     attribution: Option<&Attribution>,
-    events: &TimelineEvents,
+    events: TimelineEvents,
 ) -> RecordingLanes<'a> {
     let start_ns = a.start_ns;
     let end_ns = a.start_ns + a.duration_ns;
@@ -225,20 +218,12 @@ pub fn build<'a>(
         end_ns,
         wall_offset_ns,
         gpus: gpus(a, attribution),
-        processes: processes(a, &roles, events),
-        samples: events
-            .cpu
-            .iter()
-            .filter_map(|s| {
-                let pid = a.threads.get(&s.tid)?.pid;
-                Some(StackSample {
-                    ts_ns: s.ts_ns,
-                    pid,
-                    tid: s.tid,
-                    stack: s.stack,
-                })
-            })
-            .collect(),
+        processes: processes(a, &roles, &events.block_io),
+        samples: {
+            let mut cpu = events.cpu;
+            cpu.retain(|s| a.threads.contains_key(&s.tid));
+            cpu
+        },
         stacks: &a.stacks,
     }
 }
@@ -333,7 +318,7 @@ fn stall_slice(st: &Stall) -> Slice {
     s
 }
 
-fn processes(a: &Analysis, roles: &Roles, events: &TimelineEvents) -> Vec<ProcessLanes> {
+fn processes(a: &Analysis, roles: &Roles, block_io: &[BlockIoSpan]) -> Vec<ProcessLanes> {
     let mut states = thread_states(&a.timeline);
     let mut cuda: BTreeMap<u32, Vec<Slice>> = BTreeMap::new();
     let waits: BTreeMap<usize, WaitKind> = a.cuda.waits.iter().map(|w| (w.call, w.kind)).collect();
@@ -343,7 +328,7 @@ fn processes(a: &Analysis, roles: &Roles, events: &TimelineEvents) -> Vec<Proces
             .or_default()
             .push(cuda_slice(c, waits.get(&i), end_ns));
     }
-    let mut io = block_io_slices(&events.block_io);
+    let mut io = block_io_slices(block_io);
     let mut collectives: BTreeMap<u32, Vec<Slice>> = BTreeMap::new();
     for c in &a.cuda.collectives {
         let end = c.done_ns.unwrap_or(end_ns);
@@ -452,7 +437,7 @@ fn block_io_slices(ios: &[BlockIoSpan]) -> BTreeMap<u32, Vec<Slice>> {
         if b.requests == 1 {
             s = s.arg("latency_ms", ms(b.end_ns - b.start_ns));
         } else {
-            s.name = format!("{} {kind}s", b.requests);
+            s.name = format!("{} {kind}s", b.requests).into();
             s = s.arg("requests", Arg::Int(b.requests as i64));
         }
         out.entry(b.tid).or_default().push(s);

@@ -7,7 +7,6 @@
 //! thread's slices add up to its counted time.
 use std::collections::BTreeMap;
 
-use super::Slice;
 use crate::analysis::model::TickSlice;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -37,9 +36,23 @@ impl ThreadState {
     }
 }
 
-/// Every thread's state slices, by TID.
-pub fn thread_states(ticks: &[TickSlice]) -> BTreeMap<u32, Vec<(ThreadState, Slice)>> {
-    let mut out: BTreeMap<u32, Vec<(ThreadState, Slice)>> = BTreeMap::new();
+/// A stretch of one state: an hour of a busy thread has millions, so they are kept small.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StateRun {
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub state: ThreadState,
+}
+
+impl StateRun {
+    pub fn dur_ns(&self) -> u64 {
+        self.end_ns - self.start_ns
+    }
+}
+
+/// Every thread's state runs, by TID.
+pub fn thread_states(ticks: &[TickSlice]) -> BTreeMap<u32, Vec<StateRun>> {
+    let mut out: BTreeMap<u32, Vec<StateRun>> = BTreeMap::new();
     for tick in ticks {
         for d in &tick.threads {
             let parts = [d.blocked_ns, d.io_wait_ns, d.runqueue_ns, d.on_cpu_ns];
@@ -48,7 +61,7 @@ pub fn thread_states(ticks: &[TickSlice]) -> BTreeMap<u32, Vec<(ThreadState, Sli
                 continue;
             }
             let lane = out.entry(d.tid).or_default();
-            let prev_end = lane.last().map_or(0, |(_, s)| s.end_ns);
+            let prev_end = lane.last().map_or(0, |s| s.end_ns);
             // The recorder can move time between ticks after the fact, so a tick can hold more
             // than its length: it then starts where the last one ended, and runs past its end.
             let mut at = tick.end_ns.saturating_sub(total).max(prev_end);
@@ -58,8 +71,12 @@ pub fn thread_states(ticks: &[TickSlice]) -> BTreeMap<u32, Vec<(ThreadState, Sli
                 }
                 let end = at.saturating_add(ns);
                 match lane.last_mut() {
-                    Some((last, s)) if *last == state && s.end_ns == at => s.end_ns = end,
-                    _ => lane.push((state, Slice::new(at, end, state.name()))),
+                    Some(s) if s.state == state && s.end_ns == at => s.end_ns = end,
+                    _ => lane.push(StateRun {
+                        start_ns: at,
+                        end_ns: end,
+                        state,
+                    }),
                 }
                 at = end;
             }
@@ -98,7 +115,7 @@ mod tests {
         let lane = &lanes[&7];
         let got: Vec<(ThreadState, u64, u64)> = lane
             .iter()
-            .map(|(st, s)| (*st, s.start_ns, s.end_ns))
+            .map(|s| (s.state, s.start_ns, s.end_ns))
             .collect();
         assert_eq!(
             got,
@@ -111,8 +128,8 @@ mod tests {
         );
         let on: u64 = lane
             .iter()
-            .filter(|(st, _)| *st == ThreadState::OnCpu)
-            .map(|(_, s)| s.dur_ns())
+            .filter(|s| s.state == ThreadState::OnCpu)
+            .map(StateRun::dur_ns)
             .sum();
         assert_eq!(on, 90);
     }
@@ -127,6 +144,6 @@ mod tests {
         let ticks = vec![tick(0, 100, vec![d(100)]), tick(100, 200, vec![d(150)])];
         let lane = &thread_states(&ticks)[&1];
         assert_eq!(lane.len(), 1, "one on-CPU run: {lane:?}");
-        assert_eq!((lane[0].1.start_ns, lane[0].1.end_ns), (0, 250));
+        assert_eq!((lane[0].start_ns, lane[0].end_ns), (0, 250));
     }
 }

@@ -229,6 +229,123 @@ fn generate(path: &Path) -> anyhow::Result<u64> {
 
 /// `diff` of two recordings may take this many times one `report` of one of them.
 const DIFF_RATIO: f64 = 2.2;
+/// Writing the Perfetto trace or the HTML page beside the report may add this much to its time.
+const TIMELINE_RATIO: f64 = 1.5;
+const TARGET_HTML_MIB: f64 = 20.0;
+
+/// One `stallscope report FILE --format FORMATS` into an empty directory: wall seconds, peak
+/// RSS (MiB), and the directory (for the files it wrote).
+fn report_run(file: &Path, formats: &str, dir: &Path) -> anyhow::Result<(f64, f64, PathBuf)> {
+    let out = dir.join(format!(
+        "report-{}-{}",
+        std::process::id(),
+        formats.replace(',', "-")
+    ));
+    let _ = std::fs::remove_dir_all(&out);
+    std::fs::create_dir_all(&out)?;
+    let started = Instant::now();
+    let mut p = Proc::spawn(
+        Command::new(release_bin("stallscope"))
+            .arg("report")
+            .arg(file)
+            .args(["--format", formats, "--flamegraph-dir"])
+            .arg(&out),
+    )?;
+    let exit = p.wait_exit(Duration::from_secs(600)).with_context(|| {
+        format!("stallscope report --format {formats} did not finish in 10 minutes")
+    })?;
+    let wall = started.elapsed().as_secs_f64();
+    anyhow::ensure!(
+        exit.success(),
+        "stallscope report --format {formats} failed: {}",
+        exit.describe()
+    );
+    Ok((wall, exit.maxrss_kib as f64 / 1024.0, out))
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Reports with the Perfetto trace and with the HTML page, each run beside a plain one so the
+/// ratio is of one moment's machine; then the page's load in headless Chromium.
+fn timeline_formats(file: &Path, dir: &Path, reps: u32) -> anyhow::Result<()> {
+    let mut rows = Vec::new();
+    let mut page = None;
+    for (format, ext) in [("json,perfetto", "pftrace"), ("json,html", "html")] {
+        let (mut plain, mut with, mut rss, mut size) = (Vec::new(), Vec::new(), 0.0f64, 0.0);
+        for _ in 0..reps.max(1) {
+            let (w, _, out) = report_run(file, "json", dir)?;
+            let _ = std::fs::remove_dir_all(&out);
+            plain.push(w);
+            let (w, r, out) = report_run(file, format, dir)?;
+            with.push(w);
+            rss = rss.max(r);
+            let written = out.join(format!("hour-8-workers.{ext}"));
+            size = std::fs::metadata(&written)
+                .with_context(|| format!("{} was not written", written.display()))?
+                .len() as f64
+                / (1 << 20) as f64;
+            if ext == "html" {
+                let kept = dir.join("hour-8-workers.html");
+                std::fs::rename(&written, &kept)?;
+                page = Some(kept);
+            }
+            let _ = std::fs::remove_dir_all(&out);
+        }
+        let (plain, with) = (median(plain), median(with));
+        rows.push((format, ext, plain, with, rss, size));
+    }
+    println!();
+    println!("| report with | file | size | median wall | plain report | ratio | peak RSS |");
+    println!("|---|---|---|---|---|---|---|");
+    for (format, ext, plain, with, rss, size) in &rows {
+        println!(
+            "| --format {format} | .{ext} | {size:.1} MiB | {with:.2} s | {plain:.2} s | {:.2}× | {rss:.0} MiB |",
+            with / plain
+        );
+    }
+    println!();
+    let verdict = |ok: bool| if ok { "PASS" } else { "MISS" };
+    for (format, _, plain, with, _, size) in &rows {
+        let ratio = with / plain;
+        println!(
+            "- {} --format {format} adds ≤ 50% to the report: {ratio:.2}×",
+            verdict(ratio <= TIMELINE_RATIO)
+        );
+        if format.ends_with("html") {
+            println!(
+                "- {} the page ≤ {TARGET_HTML_MIB} MiB: {size:.1} MiB",
+                verdict(*size <= TARGET_HTML_MIB)
+            );
+        }
+    }
+    if let Some(page) = page {
+        let (python, chromium) = crate::setup::ensure_viewer()?;
+        let shots = dir.join("page-shots");
+        let out = Command::new(python)
+            .arg(root().join("tests/viewer/html_check.py"))
+            .arg(&page)
+            .arg(&shots)
+            .arg(chromium)
+            .output()
+            .context("running tests/viewer/html_check.py")?;
+        anyhow::ensure!(
+            out.status.success(),
+            "html_check.py failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+        println!(
+            "- the page loads and draws in headless Chromium in {:.2} s (console errors: {}; screenshot {})",
+            v["load_s"].as_f64().unwrap_or(f64::NAN),
+            v["errors"].as_array().map_or(0, Vec::len),
+            shots.join("report.png").display()
+        );
+    }
+    Ok(())
+}
 
 pub fn analyze(reps: u32) -> anyhow::Result<()> {
     let dir = root().join("target/bench");
@@ -329,7 +446,7 @@ pub fn analyze(reps: u32) -> anyhow::Result<()> {
         "Each report run writes the JSON report and every flame graph and folded file into an \
          empty directory."
     );
-    Ok(())
+    timeline_formats(&file, &dir, reps)
 }
 
 fn tempdir(parent: &Path) -> anyhow::Result<PathBuf> {

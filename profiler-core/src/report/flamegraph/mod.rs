@@ -65,12 +65,49 @@ pub fn flamegraph_svg<W: Write>(
     render_svg(lines, title, count_name, w, true)
 }
 
+/// Frames narrower than this percent of the total are left out of the flame graphs an HTML
+/// report embeds (inferno's default is 0.1): an hour's graphs then fit in a page.
+pub const EMBEDDED_MIN_WIDTH_PCT: f64 = 0.5;
+
+/// As [`flamegraph_svg`], leaving out frames under [`EMBEDDED_MIN_WIDTH_PCT`], at a fixed
+/// width the page scales: inferno's fluid width reads its frame's size while it loads, which
+/// in a frame not laid out yet is nothing.
+pub fn embedded_svg<W: Write>(
+    lines: &[String],
+    title: &str,
+    count_name: &str,
+    w: W,
+) -> io::Result<()> {
+    render_svg_with(
+        lines,
+        title,
+        count_name,
+        w,
+        true,
+        EMBEDDED_MIN_WIDTH_PCT,
+        Some(1200),
+    )
+}
+
 fn render_svg<W: Write>(
     lines: &[String],
     title: &str,
     count_name: &str,
     w: W,
     prune: bool,
+) -> io::Result<()> {
+    let default = flamegraph::Options::default().min_width;
+    render_svg_with(lines, title, count_name, w, prune, default, None)
+}
+
+fn render_svg_with<W: Write>(
+    lines: &[String],
+    title: &str,
+    count_name: &str,
+    w: W,
+    prune: bool,
+    min_width: f64,
+    image_width: Option<usize>,
 ) -> io::Result<()> {
     if lines.is_empty() {
         return Err(io::Error::new(
@@ -83,6 +120,8 @@ fn render_svg<W: Write>(
     options.count_name = count_name.to_owned();
     options.hash = true;
     options.deterministic = true;
+    options.min_width = min_width;
+    options.image_width = image_width;
     let drawable = prune
         .then(|| prune::drawable(lines, options.min_width))
         .flatten();

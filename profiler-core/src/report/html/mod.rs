@@ -229,18 +229,22 @@ fn recording(r: &RecordingLanes<'_>, offset_us: i64) -> Value {
                 .threads
                 .iter()
                 .map(|t| {
-                    let states = entries(
-                        r,
-                        t.states.iter().map(|(st, s)| {
-                            (s, STATES.iter().position(|x| x == st).unwrap_or(0) as u32)
-                        }),
-                    );
+                    let states: Vec<Entry> = t
+                        .states
+                        .iter()
+                        .map(|run| Entry {
+                            start_us: rel_us(r, run.start_ns),
+                            end_us: rel_us(r, run.end_ns),
+                            key: STATES.iter().position(|x| *x == run.state).unwrap_or(0) as u32,
+                            weight_ns: run.dur_ns(),
+                        })
+                        .collect();
                     let mut names: Vec<String> = Vec::new();
                     let calls = entries(
                         r,
                         t.cuda.iter().flatten().map(|s| {
                             let k = names.iter().position(|n| *n == s.name).unwrap_or_else(|| {
-                                names.push(s.name.clone());
+                                names.push(s.name.to_string());
                                 names.len() - 1
                             });
                             (s, k as u32)

@@ -324,7 +324,7 @@
   const frame = el("iframe", { class: "flamegraph", title: "flame graph" });
   // Each graph in its own frame, so that its script (zoom, search) keeps to itself; inferno
   // sizes it to its parent's width.
-  const framed = (svg) => "<!DOCTYPE html><html><head><style>html,body{margin:0}svg{display:block;width:100%}</style>" +
+  const framed = (svg) => "<!DOCTYPE html><html><head><style>html,body{margin:0}svg{display:block;width:100%;height:auto}</style>" +
     "</head><body>" + svg.replace(/^<\?xml[^>]*>/, "").replace(/^<!DOCTYPE[^>]*>/, "") + "</body></html>";
   data.flamegraphs.forEach((f) => {
     tabs.append(el("button", { text: f.name, "data-graph": f.name, onclick: () => { frame.srcdoc = framed(f.svg); } }));
