@@ -238,7 +238,9 @@ fn test(sim_speed: f64, fuzz_minutes: f64, extra: &[String]) -> anyhow::Result<(
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
-        Cmd::Setup => setup::setup().and_then(|()| setup::ensure_torch().map(drop)),
+        Cmd::Setup => setup::setup()
+            .and_then(|()| setup::ensure_torch().map(drop))
+            .and_then(|()| setup::ensure_viewer().map(drop)),
         Cmd::Build => build(),
         Cmd::Demo { duration } => demo(&duration),
         Cmd::Test {

@@ -1,7 +1,10 @@
 //! Installs what building the eBPF programs needs, idempotently: the nightly toolchain's
 //! rust-src (for `-Z build-std=core`) and bpf-linker built against the nightly toolchain's
 //! own libLLVM, since its LLVM must match rustc's.
-use std::{path::PathBuf, process::Command};
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
 
 use anyhow::{Context as _, bail};
 
@@ -149,35 +152,42 @@ pub fn ensure_torch() -> anyhow::Result<PathBuf> {
     let python = torch_python();
     let check =
         format!("import sys, numpy, torch; sys.exit(torch.__version__.split('+')[0] != '{TORCH}')");
+    let torch = format!("torch=={TORCH}");
+    ensure_venv(
+        &python,
+        &check,
+        &[&torch, NUMPY],
+        &format!("torch {TORCH} (about 5.4 GB)"),
+    )?;
+    Ok(python)
+}
+
+/// Makes the virtualenv of `python` and installs `packages` into it from PyPI, unless `check`
+/// (Python code) already exits 0 there; fails if it does not after.
+fn ensure_venv(python: &Path, check: &str, packages: &[&str], what: &str) -> anyhow::Result<()> {
     let installed = || {
-        Command::new(&python)
-            .args(["-c", &check])
+        Command::new(python)
+            .args(["-c", check])
             .stderr(std::process::Stdio::null())
             .status()
             .is_ok_and(|s| s.success())
     };
     if installed() {
-        return Ok(python);
+        return Ok(());
     }
     let venv = python
         .parent()
         .and_then(|bin| bin.parent())
         .context("the virtualenv's directory")?;
-    eprintln!(
-        "xtask: installing torch {TORCH} from PyPI into {} (about 5.4 GB)",
-        venv.display()
-    );
+    eprintln!("xtask: installing {what} from PyPI into {}", venv.display());
     run(Command::new("python3").args(["-m", "venv"]).arg(venv))?;
-    run(Command::new(venv.join("bin/pip")).args([
-        "install",
-        "-q",
-        &format!("torch=={TORCH}"),
-        NUMPY,
-    ]))?;
+    run(Command::new(venv.join("bin/pip"))
+        .args(["install", "-q"])
+        .args(packages))?;
     if !installed() {
-        bail!("torch {TORCH} does not import from {}", python.display());
+        bail!("{what} does not import from {}", python.display());
     }
-    Ok(python)
+    Ok(())
 }
 
 /// The interpreter of the virtualenv the timeline tests run their checks with.
@@ -198,32 +208,11 @@ pub fn ensure_viewer() -> anyhow::Result<(PathBuf, PathBuf)> {
     let check = format!(
         "import sys, importlib.metadata as m; sys.exit(any(m.version(n) != v for n, v in {want:?}))"
     );
-    let installed = || {
-        Command::new(&python)
-            .args(["-c", &check])
-            .stderr(std::process::Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    if !installed() {
-        let venv = python
-            .parent()
-            .and_then(|bin| bin.parent())
-            .context("the virtualenv's directory")?;
-        eprintln!(
-            "xtask: installing {VIEWER_PACKAGES:?} from PyPI into {}",
-            venv.display()
-        );
-        run(Command::new("python3").args(["-m", "venv"]).arg(venv))?;
-        run(Command::new(venv.join("bin/pip"))
-            .args(["install", "-q"])
-            .args(VIEWER_PACKAGES))?;
-        if !installed() {
-            bail!(
-                "{VIEWER_PACKAGES:?} do not import from {}",
-                python.display()
-            );
-        }
-    }
+    ensure_venv(
+        &python,
+        &check,
+        &VIEWER_PACKAGES,
+        &format!("{VIEWER_PACKAGES:?}"),
+    )?;
     Ok((python, chromium))
 }

@@ -12,7 +12,7 @@ use std::io::{self, Write};
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::json::{JsonJob, JsonRecording, JsonReport};
+use super::json::{JsonJob, JsonReport};
 use super::{JobReport, Report};
 use crate::attribution::CAUSES;
 use crate::timeline::{Lost, RecordingLanes, STATES, Slice};
@@ -60,19 +60,7 @@ pub fn write_page(
 ) -> io::Result<()> {
     let report = match page {
         Page::One(r) => serde_json::to_value(JsonReport::new(r)),
-        Page::Job(j) => serde_json::to_value(JsonJob {
-            version: super::json::JSON_VERSION,
-            recordings: j
-                .recordings
-                .iter()
-                .map(|(file, report)| JsonRecording {
-                    file,
-                    report: JsonReport::new(report),
-                })
-                .collect(),
-            ranks: &j.ranks,
-            clock_note: &j.clock_note,
-        }),
+        Page::Job(j) => serde_json::to_value(JsonJob::new(j)),
     }
     .map_err(io::Error::from)?;
     let title = match lanes {
@@ -135,11 +123,12 @@ fn rel_us(r: &RecordingLanes<'_>, ns: u64) -> i64 {
     (ns.saturating_sub(r.start_ns) / 1000) as i64
 }
 
+/// The slices as entries in time order (the lanes of calls and collectives are merged).
 fn entries<'s>(
     r: &RecordingLanes<'_>,
     slices: impl IntoIterator<Item = (&'s Slice, u32)>,
 ) -> Vec<Entry> {
-    slices
+    let mut out: Vec<Entry> = slices
         .into_iter()
         .map(|(s, key)| Entry {
             start_us: rel_us(r, s.start_ns),
@@ -147,7 +136,9 @@ fn entries<'s>(
             key,
             weight_ns: s.dur_ns(),
         })
-        .collect()
+        .collect();
+    out.sort_by_key(|e| e.start_us);
+    out
 }
 
 fn packed(list: Vec<Entry>, span_us: i64) -> Value {
@@ -250,8 +241,6 @@ fn recording(r: &RecordingLanes<'_>, offset_us: i64) -> Value {
                             (s, k as u32)
                         }),
                     );
-                    let mut calls = calls;
-                    calls.sort_by_key(|e| e.start_us);
                     json!({
                         "tid": t.tid,
                         "name": t.name,
@@ -263,8 +252,6 @@ fn recording(r: &RecordingLanes<'_>, offset_us: i64) -> Value {
                 })
                 .collect();
             let collectives = entries(r, p.collectives.iter().flatten().map(|s| (s, 0)));
-            let mut collectives = collectives;
-            collectives.sort_by_key(|e| e.start_us);
             json!({
                 "pid": p.pid,
                 "name": p.name,

@@ -26,20 +26,7 @@ impl Render for Json {
     }
 
     fn render_job(&self, job: &JobReport<'_>, mut w: &mut dyn Write) -> io::Result<()> {
-        let doc = JsonJob {
-            version: JSON_VERSION,
-            recordings: job
-                .recordings
-                .iter()
-                .map(|(file, report)| JsonRecording {
-                    file,
-                    report: JsonReport::new(report),
-                })
-                .collect(),
-            ranks: &job.ranks,
-            clock_note: &job.clock_note,
-        };
-        serde_json::to_writer_pretty(&mut w, &doc)?;
+        serde_json::to_writer_pretty(&mut w, &JsonJob::new(job))?;
         w.write_all(b"\n")
     }
 }
@@ -64,6 +51,24 @@ pub struct JsonJob<'a> {
     /// The ranks across every recording, and the straggler.
     pub ranks: &'a RankView,
     pub clock_note: &'a str,
+}
+
+impl<'a> JsonJob<'a> {
+    pub fn new(job: &'a JobReport<'a>) -> Self {
+        JsonJob {
+            version: JSON_VERSION,
+            recordings: job
+                .recordings
+                .iter()
+                .map(|(file, report)| JsonRecording {
+                    file,
+                    report: JsonReport::new(report),
+                })
+                .collect(),
+            ranks: &job.ranks,
+            clock_note: &job.clock_note,
+        }
+    }
 }
 
 #[derive(Debug, Serialize)]
