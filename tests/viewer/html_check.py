@@ -15,7 +15,11 @@ def main(page_path, out_dir, chromium):
     out.mkdir(parents=True, exist_ok=True)
     errors, requests = [], []
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        # Root has no sandbox to drop into; a container's /dev/shm can be too small for the
+        # renderer. Neither changes what the page does.
+        browser = p.chromium.launch(
+            executable_path=chromium, args=["--no-sandbox", "--disable-dev-shm-usage"]
+        )
         page = browser.new_page(viewport={"width": 1600, "height": 1000})
         page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
         page.on("pageerror", lambda e: errors.append(str(e)))
