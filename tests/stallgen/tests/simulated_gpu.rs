@@ -68,8 +68,14 @@ fn run(nvml: &Nvml, scenario: &'static str, lib_dir: &Path, state: &Path) -> Run
             device.utilization_rates().expect("utilization").gpu,
         ));
     }
-    line.clear();
-    out.read_line(&mut line).expect("stallgen's summary");
+    // The totals come last; a `behind` line may come first.
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).expect("stallgen's summary");
+    line = rest
+        .lines()
+        .find(|l| l.contains("steps_per_sec="))
+        .unwrap_or(&rest)
+        .to_owned();
     let status = child.wait().expect("stallgen exits");
     assert!(status.success(), "{scenario}: stallgen failed: {status}");
     let steps_per_sec = line
