@@ -8,6 +8,7 @@
 pub mod analysis;
 pub mod attribution;
 pub mod cuda;
+pub mod doctor;
 mod fxhash;
 pub mod gate;
 pub mod nvml;

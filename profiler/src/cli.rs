@@ -27,6 +27,77 @@ pub enum Command {
     /// Hold one run to absolute budgets: exit 1 when one is exceeded.
     #[command(after_help = EXIT_CODES)]
     Check(CheckArgs),
+    /// Check this host's GPUs the way the field guides do: driver, kernel log, ECC, PCIe,
+    /// clocks and throttling, temperature, power, MIG, memory holders; with --pid, the job's
+    /// CUDA devices, runtime and memory trend.
+    #[command(after_help = DOCTOR_EXIT_CODES)]
+    Doctor(DoctorArgs),
+}
+
+const DOCTOR_EXIT_CODES: &str = "Exit status: 0 every check passed (or could not run, which is \
+                                 said with its reason), 1 a warning, 2 a failure, 3 doctor \
+                                 itself could not run (no such --pid).";
+
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// Also check this process: its CUDA_VISIBLE_DEVICES against the physical GPUs, the CUDA
+    /// runtime it loaded against the driver, its allocator and DataLoader settings, and its
+    /// GPU memory trend.
+    #[arg(short, long)]
+    pub pid: Option<u32>,
+    #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = one_of::<DoctorFormat, 2>(["text", "json"]))]
+    pub format: DoctorFormat,
+    /// NVML library to load (default: $STALLSCOPE_NVML_LIB, else libnvidia-ml.so.1).
+    #[arg(long, value_name = "PATH")]
+    pub nvml_lib: Option<PathBuf>,
+    /// Kernel log lines to read: `boot` (all of them), or those of the last DURATION (e.g.
+    /// 1h, 30m).
+    #[arg(long, value_name = "boot|DURATION", default_value = "boot", value_parser = parse_since)]
+    pub kernel_log_since: Since,
+    /// How long to watch the --pid process's GPU memory for steady growth.
+    #[arg(long, value_parser = parse_duration, default_value = "3s")]
+    pub trend: Duration,
+    /// Where the kernel module says its version (a test seam for machines without the module).
+    #[arg(
+        long,
+        value_name = "FILE",
+        default_value = "/proc/driver/nvidia/version",
+        hide = true
+    )]
+    pub driver_version_file: PathBuf,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DoctorFormat {
+    Text,
+    Json,
+}
+
+impl std::str::FromStr for DoctorFormat {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "text" => Ok(DoctorFormat::Text),
+            "json" => Ok(DoctorFormat::Json),
+            other => Err(format!("unknown format {other}")),
+        }
+    }
+}
+
+/// Which kernel log lines doctor reads.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Since {
+    Boot,
+    Last(Duration),
+}
+
+fn parse_since(s: &str) -> Result<Since, String> {
+    if s.trim() == "boot" {
+        Ok(Since::Boot)
+    } else {
+        parse_duration(s).map(Since::Last)
+    }
 }
 
 const DIFF_ABOUT: &str =

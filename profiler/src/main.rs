@@ -1,6 +1,7 @@
 //! stallscope: attaches to a training job's process tree and explains where its time goes.
 mod capture;
 mod cli;
+mod doctor;
 mod gate;
 mod output;
 mod owner;
@@ -20,6 +21,7 @@ fn main() {
         cli::Command::Report(args) => (output::render_many(&args.files, &args.out).map(|()| 0), 1),
         cli::Command::Diff(args) => (gate::run_diff(&args), 2),
         cli::Command::Check(args) => (gate::run_check(&args), 2),
+        cli::Command::Doctor(args) => (doctor::run(&args), 3),
     };
     match result {
         Ok(code) => std::process::exit(code),

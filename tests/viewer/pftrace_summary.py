@@ -34,8 +34,10 @@ def main(path):
     metadata = []
     names = {}
     for p in trace.packet:
+        seq = p.trusted_packet_sequence_id
+        # Interned ids are per packet sequence.
         for n in p.interned_data.event_names:
-            names[n.iid] = n.name
+            names[(seq, n.iid)] = n.name
         kind = p.WhichOneof("data")
         if kind == "track_descriptor":
             d = p.track_descriptor
@@ -58,7 +60,7 @@ def main(path):
                 if s["open"] is not None:
                     s["overlaps"] += 1
                 args = annotations(ev)
-                name = ev.name if ev.HasField("name") else names.get(ev.name_iid)
+                name = ev.name if ev.HasField("name") else names.get((seq, ev.name_iid))
                 s["open"] = (p.timestamp, name, args.get("part"))
             elif ev.type == TYPE_SLICE_END:
                 if s["open"] is None:

@@ -190,6 +190,8 @@ fn test(sim_speed: f64, fuzz_minutes: f64, extra: &[String]) -> anyhow::Result<(
         ("bpftool", "bpftool"),
         ("setcap", "libcap2-bin"),
         ("useradd", "passwd"),
+        // promtool checks and unit-tests the alert rules in deploy/prometheus.
+        ("promtool", "prometheus"),
     ])?;
     // The real PyTorch job of the tests (tests/pyjob/train.py) runs in this virtualenv.
     let torch = setup::ensure_torch()?;

@@ -141,6 +141,13 @@ impl<P: Copy> Buckets<P> {
         open + self.closed.values().map(Vec::len).sum::<usize>()
     }
 
+    /// The start of the first bucket and the end of the last, if any event was pushed.
+    fn bounds(&self) -> Option<(u64, u64)> {
+        let first = self.closed.keys().next()?;
+        let last = self.closed.keys().next_back()?;
+        Some((first << BUCKET_SHIFT, (last + 1) << BUCKET_SHIFT))
+    }
+
     /// (time, payload) of the events in `[start, end)`, in no particular order.
     fn window(&self, start: u64, end: u64) -> impl Iterator<Item = (u64, P)> + '_ {
         debug_assert!(self.open.is_empty(), "query before finish");
@@ -234,6 +241,11 @@ impl TimedEvents {
                 tid: p.tid,
                 stack: p.stack,
             })
+    }
+
+    /// A span holding every block IO's time, if there is any.
+    pub fn block_io_bounds(&self) -> Option<(u64, u64)> {
+        self.block_io.bounds()
     }
 
     /// Block IOs issued in `[start, end)`, in no particular order.

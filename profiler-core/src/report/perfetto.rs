@@ -6,28 +6,35 @@
 //! cause, its stalls. Each traced process is a Perfetto process (its ranks named), each
 //! thread a thread track holding its states, with the thread's CUDA calls and block IOs and
 //! the process's NCCL collectives as child tracks of the process. On-CPU samples are
-//! `PerfSample`s with interned callstacks, so the UI draws them as a CPU profile.
+//! `PerfSample`s with interned callstacks, so the UI draws them as a CPU profile; they are
+//! encoded on a second thread, on packet sequences of their own.
 //!
 //! Timestamps are the recording's CLOCK_MONOTONIC; with several recordings (hosts), each is
 //! moved to wall-clock time so the ranks line up as closely as the hosts' clocks agree, and
 //! the clock caveat goes into every recording's metadata.
-use std::collections::{BTreeMap, HashMap};
+use crate::fxhash::FxHashMap;
 use std::io::{self, Write};
+use std::sync::mpsc::Receiver;
 
 use perfetto_protos::counter_descriptor::CounterDescriptor;
 use perfetto_protos::debug_annotation::{DebugAnnotation, debug_annotation};
-use perfetto_protos::interned_data::InternedData;
 use perfetto_protos::process_descriptor::ProcessDescriptor;
-use perfetto_protos::profile_common::{Callstack, Frame, InternedString, Mapping};
 use perfetto_protos::thread_descriptor::ThreadDescriptor;
 use perfetto_protos::trace_packet::{TracePacket, trace_packet};
 use perfetto_protos::track_descriptor::{TrackDescriptor, track_descriptor};
 use perfetto_protos::track_event::{EventName, track_event};
-use protobuf::{CodedOutputStream, EnumOrUnknown};
+use protobuf::{EnumOrUnknown, Message as _};
 
 use crate::timeline::{Arg, Point, RecordingLanes, Slice};
+use crate::timeline::{STATES, StateRun};
 
+mod samples;
+mod wire;
+
+/// The tracks and their events; the first recording's samples are on the next sequence, the
+/// second's on the one after, and so on.
 const SEQUENCE: u32 = 1;
+const SAMPLE_SEQUENCES: u32 = 2;
 const SEQ_INCREMENTAL_STATE_CLEARED: u32 = 1;
 const SEQ_NEEDS_INCREMENTAL_STATE: u32 = 2;
 /// PIDs of the second and later recordings are moved up by this much (Linux's PID_MAX_LIMIT)
@@ -38,20 +45,25 @@ fn io_err(e: protobuf::Error) -> io::Error {
     io::Error::other(e)
 }
 
+/// Packets are gathered here and written out in pieces of about this size.
+const FLUSH_AT: usize = 1 << 20;
+
 struct Encoder<'w> {
-    out: CodedOutputStream<'w>,
+    w: &'w mut dyn Write,
+    buf: Vec<u8>,
+    /// Pieces of the samples' sequences, written between this encoder's own.
+    side: Receiver<Vec<u8>>,
     next_uuid: u64,
     next_iid: u64,
-    /// One packet reused for every track event and one for every sample: a fresh
+    /// One packet reused for every track event that `wire` does not write: a fresh
     /// `TracePacket` is large, and building one per event was most of the encoding time.
     event: TracePacket,
-    sample: TracePacket,
     /// Event names interned so far; a name's first event carries its interning.
-    names: HashMap<String, u64>,
+    names: FxHashMap<String, u64>,
 }
 
 impl<'w> Encoder<'w> {
-    fn new(w: &'w mut dyn Write) -> io::Result<Self> {
+    fn new(w: &'w mut dyn Write, side: Receiver<Vec<u8>>) -> io::Result<Self> {
         let seq = || {
             Some(
                 trace_packet::Optional_trusted_packet_sequence_id::TrustedPacketSequenceId(
@@ -63,15 +75,14 @@ impl<'w> Encoder<'w> {
         event.optional_trusted_packet_sequence_id = seq();
         event.sequence_flags = Some(SEQ_NEEDS_INCREMENTAL_STATE);
         event.mut_track_event();
-        let mut sample = event.clone();
-        sample.mut_perf_sample();
         let mut enc = Encoder {
-            out: CodedOutputStream::new(w),
+            w,
+            buf: Vec::with_capacity(FLUSH_AT + 4096),
+            side,
             next_uuid: 0,
             next_iid: 0,
             event,
-            sample,
-            names: HashMap::new(),
+            names: FxHashMap::default(),
         };
         let mut first = TracePacket::new();
         first.optional_trusted_packet_sequence_id = seq();
@@ -82,7 +93,37 @@ impl<'w> Encoder<'w> {
     }
 
     fn write(&mut self, p: &TracePacket) -> io::Result<()> {
-        self.out.write_message(1, p).map_err(io_err)
+        wire::packet_key(&mut self.buf);
+        p.write_length_delimited_to_vec(&mut self.buf)
+            .map_err(io_err)?;
+        self.flush_some()
+    }
+
+    fn flush_some(&mut self) -> io::Result<()> {
+        if self.buf.len() >= FLUSH_AT {
+            self.w.write_all(&self.buf)?;
+            self.buf.clear();
+            while let Ok(piece) = self.side.try_recv() {
+                self.w.write_all(&piece)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes what is left, then every remaining piece of the samples as they come.
+    fn finish(self) -> io::Result<()> {
+        self.w.write_all(&self.buf)?;
+        for piece in self.side.iter() {
+            self.w.write_all(&piece)?;
+        }
+        self.w.flush()
+    }
+
+    fn seq() -> wire::Sequence {
+        wire::Sequence {
+            id: SEQUENCE,
+            flags: SEQ_NEEDS_INCREMENTAL_STATE,
+        }
     }
 
     /// A packet of its own (track descriptors, interned stacks) on the sequence.
@@ -139,7 +180,12 @@ impl<'w> Encoder<'w> {
     /// Writes the reused event packet at `ts`, then clears what only this event had.
     fn emit(&mut self, ts: u64) -> io::Result<()> {
         self.event.timestamp = Some(ts);
-        let r = self.out.write_message(1, &self.event).map_err(io_err);
+        wire::packet_key(&mut self.buf);
+        let r = self
+            .event
+            .write_length_delimited_to_vec(&mut self.buf)
+            .map_err(io_err)
+            .and_then(|()| self.flush_some());
         self.event.interned_data.clear();
         let e = self.event.mut_track_event();
         e.name_field = None;
@@ -192,6 +238,31 @@ impl<'w> Encoder<'w> {
         name: &str,
         args: &[(&'static str, Arg)],
     ) -> io::Result<()> {
+        if let Some(&iid) = self.names.get(name) {
+            let mut simple = [("", wire::Value::Int(0)); 4];
+            let fits = args.len() <= simple.len()
+                && args.iter().zip(&mut simple).all(|((k, v), slot)| {
+                    let value = match v {
+                        Arg::Int(i) => wire::Value::Int(*i),
+                        Arg::Float(f) => wire::Value::Float(*f),
+                        Arg::Str(s) => wire::Value::Str(s),
+                        Arg::Json(_) => return false,
+                    };
+                    *slot = (k, value);
+                    true
+                });
+            if fits {
+                let (begins, ends) = (
+                    track_event::Type::TYPE_SLICE_BEGIN as u64,
+                    track_event::Type::TYPE_SLICE_END as u64,
+                );
+                let seq = Self::seq();
+                let args = &simple[..args.len()];
+                wire::track_event_with(&mut self.buf, seq, start, begins, track, Some(iid), args);
+                wire::track_event(&mut self.buf, seq, end, ends, track, None);
+                return self.flush_some();
+            }
+        }
         self.name(name);
         let e = self.event.mut_track_event();
         e.type_ = Some(EnumOrUnknown::new(track_event::Type::TYPE_SLICE_BEGIN));
@@ -202,6 +273,31 @@ impl<'w> Encoder<'w> {
         let e = self.event.mut_track_event();
         e.type_ = Some(EnumOrUnknown::new(track_event::Type::TYPE_SLICE_END));
         self.emit(end)
+    }
+
+    /// A thread's state runs: millions in an hour, so each state's name is looked up once.
+    fn states(&mut self, track: u64, runs: &[StateRun], clock: &Clock) -> io::Result<()> {
+        let mut iids = [None; STATES.len()];
+        let (begins, ends) = (
+            track_event::Type::TYPE_SLICE_BEGIN as u64,
+            track_event::Type::TYPE_SLICE_END as u64,
+        );
+        for run in runs {
+            let (start, end) = (clock.ts(run.start_ns), clock.ts(run.end_ns));
+            let slot = &mut iids[run.state as usize];
+            let Some(iid) = *slot else {
+                // The first run of a state interns its name.
+                self.span(track, start, end, run.state.name(), &[])?;
+                *slot = self.names.get(run.state.name()).copied();
+                continue;
+            };
+            wire::track_event(&mut self.buf, Self::seq(), start, begins, track, Some(iid));
+            wire::track_event(&mut self.buf, Self::seq(), end, ends, track, None);
+            if self.buf.len() >= FLUSH_AT {
+                self.flush_some()?;
+            }
+        }
+        Ok(())
     }
 
     fn slices<'s>(
@@ -233,21 +329,6 @@ impl<'w> Encoder<'w> {
             self.emit(clock.ts(p.ts_ns))?;
         }
         Ok(())
-    }
-
-    fn perf_sample(
-        &mut self,
-        ts: u64,
-        pid: u32,
-        tid: u32,
-        callstack: Option<u64>,
-    ) -> io::Result<()> {
-        self.sample.timestamp = Some(ts);
-        let ps = self.sample.mut_perf_sample();
-        ps.pid = Some(pid);
-        ps.tid = Some(tid);
-        ps.callstack_iid = callstack;
-        self.out.write_message(1, &self.sample).map_err(io_err)
     }
 }
 
@@ -316,15 +397,28 @@ pub fn write_trace(
     w: &mut dyn Write,
 ) -> io::Result<()> {
     let wall = recordings.len() > 1 && recordings.iter().all(|r| r.wall_offset_ns != 0);
-    let mut enc = Encoder::new(w)?;
-    for (k, r) in recordings.iter().enumerate() {
-        let clock = Clock {
-            offset: if wall { r.wall_offset_ns } else { 0 },
-        };
-        let pid_base = PID_SPACE * k as u32;
-        recording(&mut enc, r, &clock, pid_base, clock_note)?;
-    }
-    enc.out.flush().map_err(io_err)
+    let clock = |r: &RecordingLanes<'_>| Clock {
+        offset: if wall { r.wall_offset_ns } else { 0 },
+    };
+    // The samples are half the packets: another thread encodes them, each recording's on a
+    // sequence of its own, and this one writes their pieces between its own.
+    std::thread::scope(|scope| {
+        let (tx, rx) = std::sync::mpsc::sync_channel(4);
+        let producer = scope.spawn(move || {
+            for (k, r) in recordings.iter().enumerate() {
+                let seq = SAMPLE_SEQUENCES + k as u32;
+                samples::encode(r, &clock(r), PID_SPACE * k as u32, seq, &tx)?;
+            }
+            Ok::<(), io::Error>(())
+        });
+        let mut enc = Encoder::new(w, rx)?;
+        for (k, r) in recordings.iter().enumerate() {
+            recording(&mut enc, r, &clock(r), PID_SPACE * k as u32, clock_note)?;
+        }
+        let written = enc.finish();
+        let produced = producer.join().expect("the sample encoder does not panic");
+        written.and(produced)
+    })
 }
 
 fn recording(
@@ -405,10 +499,7 @@ fn recording(
             td.thread_name = Some(format!("{} ({})", t.name, t.role));
             d.thread = Some(td).into();
             enc.track(d)?;
-            for run in &t.states {
-                let (start, end) = (clock.ts(run.start_ns), clock.ts(run.end_ns));
-                enc.span(tuuid, start, end, run.state.name(), &[])?;
-            }
+            enc.states(tuuid, &t.states, clock)?;
             for (i, lane) in t.cuda.iter().enumerate() {
                 let name = format!("{} {}: CUDA calls{}", t.name, t.tid, depth(i));
                 let c = enc.named_track(Some(uuid), &name)?;
@@ -421,7 +512,7 @@ fn recording(
             }
         }
     }
-    samples(enc, r, clock, pid_base)
+    Ok(())
 }
 
 fn depth(i: usize) -> String {
@@ -432,93 +523,11 @@ fn depth(i: usize) -> String {
     }
 }
 
-/// The on-CPU samples, after one packet interning every stack they use.
-fn samples(
-    enc: &mut Encoder<'_>,
-    r: &RecordingLanes<'_>,
-    clock: &Clock,
-    pid_base: u32,
-) -> io::Result<()> {
-    if r.samples.is_empty() {
-        return Ok(());
-    }
-    let mut interned = InternedData::new();
-    let mapping = enc.iid();
-    let path = enc.iid();
-    interned
-        .mapping_paths
-        .push(interned_string(path, "[symbolized by stallscope]"));
-    let mut m = Mapping::new();
-    m.iid = Some(mapping);
-    m.path_string_ids = vec![path];
-    interned.mappings.push(m);
-    let mut functions: BTreeMap<String, u64> = BTreeMap::new();
-    let mut callstacks: BTreeMap<u32, u64> = BTreeMap::new();
-    for s in &r.samples {
-        if callstacks.contains_key(&s.stack) {
-            continue;
-        }
-        let unknown = vec![format!("[unknown stack {}]", s.stack)];
-        let frames = r.stacks.get(&s.stack).unwrap_or(&unknown);
-        let mut ids = Vec::with_capacity(frames.len());
-        for f in frames {
-            let name = match functions.get(f.as_str()) {
-                Some(&id) => id,
-                None => {
-                    let id = enc.iid();
-                    interned.function_names.push(interned_string(id, f));
-                    functions.insert(f.clone(), id);
-                    id
-                }
-            };
-            let frame = enc.iid();
-            let mut fr = Frame::new();
-            fr.iid = Some(frame);
-            fr.function_name_id = Some(name);
-            fr.mapping_id = Some(mapping);
-            interned.frames.push(fr);
-            ids.push(frame);
-        }
-        let cs = enc.iid();
-        let mut c = Callstack::new();
-        c.iid = Some(cs);
-        c.frame_ids = ids;
-        interned.callstacks.push(c);
-        callstacks.insert(s.stack, cs);
-    }
-    let mut p = TracePacket::new();
-    p.sequence_flags = Some(SEQ_NEEDS_INCREMENTAL_STATE);
-    p.interned_data = Some(interned).into();
-    p.timestamp = Some(clock.ts(r.start_ns));
-    enc.packet(p)?;
-    let pids: HashMap<u32, u32> = r
-        .processes
-        .iter()
-        .flat_map(|p| p.threads.iter().map(move |t| (t.tid, p.pid)))
-        .collect();
-    for s in &r.samples {
-        let Some(&pid) = pids.get(&s.tid) else {
-            continue;
-        };
-        let stack = callstacks.get(&s.stack).copied();
-        enc.perf_sample(clock.ts(s.ts_ns), pid_base + pid, pid_base + s.tid, stack)?;
-    }
-    Ok(())
-}
-
-fn interned_string(iid: u64, s: &str) -> InternedString {
-    let mut i = InternedString::new();
-    i.iid = Some(iid);
-    i.str = Some(s.as_bytes().to_vec());
-    i
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::attribution::attribute;
     use crate::timeline::{TimelineEvents, build};
-    use protobuf::Message as _;
 
     const DDP: &[u8] = include_bytes!("../../tests/recordings/gpu/v1-nccl-straggler-ddp.rec");
 

@@ -163,25 +163,37 @@ impl TimelineEvents {
             timed.block_io_in(0, u64::MAX).map(|b| span(&b)).collect()
         } else {
             let tick = tick_ns.max(1_000_000);
-            let mut groups: BTreeMap<(u32, u64, bool), BlockIoSpan> = BTreeMap::new();
-            for b in timed.block_io_in(0, u64::MAX) {
-                let one = span(&b);
-                groups
-                    .entry((b.tid, b.ts_ns / tick, b.write))
-                    .and_modify(|g| {
-                        g.start_ns = g.start_ns.min(one.start_ns);
-                        g.end_ns = g.end_ns.max(one.end_ns);
-                        g.bytes = g.bytes.saturating_add(one.bytes);
-                        g.requests += 1;
-                    })
-                    .or_insert(one);
+            // A million IOs an hour: grouped a few seconds at a time, so the map stays small
+            // enough to live in cache. Windows are whole ticks, so no group is cut.
+            let window = tick * 64;
+            let mut out = Vec::new();
+            let mut groups: crate::fxhash::FxHashMap<(u32, u64, bool), BlockIoSpan> =
+                crate::fxhash::FxHashMap::default();
+            let (first, last) = timed.block_io_bounds().unwrap_or((0, 0));
+            let mut at = first / window * window;
+            while at < last {
+                for b in timed.block_io_in(at, at.saturating_add(window)) {
+                    let one = span(&b);
+                    groups
+                        .entry((b.tid, b.ts_ns / tick, b.write))
+                        .and_modify(|g| {
+                            g.start_ns = g.start_ns.min(one.start_ns);
+                            g.end_ns = g.end_ns.max(one.end_ns);
+                            g.bytes = g.bytes.saturating_add(one.bytes);
+                            g.requests += 1;
+                        })
+                        .or_insert(one);
+                }
+                let mut these: Vec<_> = groups.drain().collect();
+                these.sort_unstable_by_key(|&(key, _)| key);
+                out.extend(these.into_iter().map(|(_, g)| g));
+                at = at.saturating_add(window);
             }
-            groups.into_values().collect()
+            out
         };
-        TimelineEvents {
-            cpu: timed.cpu_in(0, u64::MAX).collect(),
-            block_io,
-        }
+        let mut cpu = Vec::with_capacity(timed.len().0);
+        cpu.extend(timed.cpu_in(0, u64::MAX));
+        TimelineEvents { cpu, block_io }
     }
 }
 
@@ -208,6 +220,22 @@ pub fn build<'a>(
         .filter(|m| m.start_unix_ns > 0)
         .map_or(0, |m| i128::from(m.start_unix_ns) - i128::from(m.start_ns));
     let roles = attribution.map_or_else(|| Roles::from_analysis(a), |x| x.roles.clone());
+    let TimelineEvents { cpu, block_io } = events;
+    let (processes, samples) = std::thread::scope(|scope| {
+        let samples = scope.spawn(|| {
+            // Millions of samples: a hash of the few thread ids, not the thread map, per sample.
+            let tids: crate::fxhash::FxHashMap<u32, ()> =
+                a.threads.keys().map(|&t| (t, ())).collect();
+            let mut cpu = cpu;
+            cpu.retain(|s| tids.contains_key(&s.tid));
+            cpu
+        });
+        let processes = processes(a, &roles, &block_io);
+        (
+            processes,
+            samples.join().expect("filtering samples does not panic"),
+        )
+    });
     RecordingLanes {
         name: name.to_owned(),
         host: a
@@ -218,12 +246,8 @@ pub fn build<'a>(
         end_ns,
         wall_offset_ns,
         gpus: gpus(a, attribution),
-        processes: processes(a, &roles, &events.block_io),
-        samples: {
-            let mut cpu = events.cpu;
-            cpu.retain(|s| a.threads.contains_key(&s.tid));
-            cpu
-        },
+        processes,
+        samples,
         stacks: &a.stacks,
     }
 }
@@ -319,62 +343,67 @@ fn stall_slice(st: &Stall) -> Slice {
 }
 
 fn processes(a: &Analysis, roles: &Roles, block_io: &[BlockIoSpan]) -> Vec<ProcessLanes> {
-    let mut states = thread_states(&a.timeline);
-    let mut cuda: BTreeMap<u32, Vec<Slice>> = BTreeMap::new();
-    let waits: BTreeMap<usize, WaitKind> = a.cuda.waits.iter().map(|w| (w.call, w.kind)).collect();
-    let end_ns = a.start_ns + a.duration_ns;
-    for (i, c) in a.cuda.calls.iter().enumerate() {
-        cuda.entry(c.tid)
-            .or_default()
-            .push(cuda_slice(c, waits.get(&i), end_ns));
-    }
-    let mut io = block_io_slices(block_io);
-    let mut collectives: BTreeMap<u32, Vec<Slice>> = BTreeMap::new();
-    for c in &a.cuda.collectives {
-        let end = c.done_ns.unwrap_or(end_ns);
-        let mut s = Slice::new(c.enqueue_ns, end, c.op.name())
-            .arg("bytes", Arg::Int(c.bytes as i64))
-            .arg("seq", Arg::Int(c.seq as i64))
-            .arg("queued_by_tid", Arg::Int(i64::from(c.tid)));
-        if c.done_ns.is_none() {
-            s = s.arg("done", Arg::Str("not seen to finish".into()));
+    // The states, a million thread-ticks an hour, are cut on another thread meanwhile.
+    std::thread::scope(|scope| {
+        let states = scope.spawn(|| thread_states(&a.timeline));
+        let mut cuda: BTreeMap<u32, Vec<Slice>> = BTreeMap::new();
+        let waits: BTreeMap<usize, WaitKind> =
+            a.cuda.waits.iter().map(|w| (w.call, w.kind)).collect();
+        let end_ns = a.start_ns + a.duration_ns;
+        for (i, c) in a.cuda.calls.iter().enumerate() {
+            cuda.entry(c.tid)
+                .or_default()
+                .push(cuda_slice(c, waits.get(&i), end_ns));
         }
-        collectives.entry(c.pid).or_default().push(s);
-    }
-    a.processes
-        .values()
-        .map(|p| ProcessLanes {
-            pid: p.pid,
-            name: p.comm.clone(),
-            cmdline: p.cmdline.clone(),
-            rank: a
-                .cuda
-                .ranks
-                .get(&p.pid)
-                .or_else(|| a.cuda.env_ranks.get(&p.pid))
-                .map(|r| r.rank),
-            threads: a
-                .threads
-                .values()
-                .filter(|t| t.pid == p.pid)
-                .map(|t| ThreadLanes {
-                    tid: t.tid,
-                    name: t.comm.clone(),
-                    role: if roles.feeders.contains(&t.tid) {
-                        "feeder"
-                    } else if roles.workers.contains(&t.tid) {
-                        "worker"
-                    } else {
-                        "other"
-                    },
-                    states: states.remove(&t.tid).unwrap_or_default(),
-                    cuda: pack(cuda.remove(&t.tid).unwrap_or_default()),
-                    block_io: pack(io.remove(&t.tid).unwrap_or_default()),
-                })
-                .collect(),
-            collectives: pack(collectives.remove(&p.pid).unwrap_or_default()),
-        })
-        .collect()
+        let mut io = block_io_slices(block_io);
+        let mut collectives: BTreeMap<u32, Vec<Slice>> = BTreeMap::new();
+        for c in &a.cuda.collectives {
+            let end = c.done_ns.unwrap_or(end_ns);
+            let mut s = Slice::new(c.enqueue_ns, end, c.op.name())
+                .arg("bytes", Arg::Int(c.bytes as i64))
+                .arg("seq", Arg::Int(c.seq as i64))
+                .arg("queued_by_tid", Arg::Int(i64::from(c.tid)));
+            if c.done_ns.is_none() {
+                s = s.arg("done", Arg::Str("not seen to finish".into()));
+            }
+            collectives.entry(c.pid).or_default().push(s);
+        }
+        let mut states = states.join().expect("cutting thread states does not panic");
+        a.processes
+            .values()
+            .map(|p| ProcessLanes {
+                pid: p.pid,
+                name: p.comm.clone(),
+                cmdline: p.cmdline.clone(),
+                rank: a
+                    .cuda
+                    .ranks
+                    .get(&p.pid)
+                    .or_else(|| a.cuda.env_ranks.get(&p.pid))
+                    .map(|r| r.rank),
+                threads: a
+                    .threads
+                    .values()
+                    .filter(|t| t.pid == p.pid)
+                    .map(|t| ThreadLanes {
+                        tid: t.tid,
+                        name: t.comm.clone(),
+                        role: if roles.feeders.contains(&t.tid) {
+                            "feeder"
+                        } else if roles.workers.contains(&t.tid) {
+                            "worker"
+                        } else {
+                            "other"
+                        },
+                        states: states.remove(&t.tid).unwrap_or_default(),
+                        cuda: pack(cuda.remove(&t.tid).unwrap_or_default()),
+                        block_io: pack(io.remove(&t.tid).unwrap_or_default()),
+                    })
+                    .collect(),
+                collectives: pack(collectives.remove(&p.pid).unwrap_or_default()),
+            })
+            .collect()
+    })
 }
 
 fn cuda_slice(c: &crate::recording::record::CudaCall, wait: Option<&WaitKind>, end: u64) -> Slice {
@@ -432,14 +461,15 @@ fn cuda_slice(c: &crate::recording::record::CudaCall, wait: Option<&WaitKind>, e
 fn block_io_slices(ios: &[BlockIoSpan]) -> BTreeMap<u32, Vec<Slice>> {
     let mut out: BTreeMap<u32, Vec<Slice>> = BTreeMap::new();
     for b in ios {
-        let kind = if b.write { "write" } else { "read" };
-        let mut s = Slice::new(b.start_ns, b.end_ns, kind).arg("bytes", Arg::Int(b.bytes as i64));
-        if b.requests == 1 {
-            s = s.arg("latency_ms", ms(b.end_ns - b.start_ns));
+        let mut s = if b.requests == 1 {
+            let kind = if b.write { "write" } else { "read" };
+            Slice::new(b.start_ns, b.end_ns, kind).arg("latency_ms", ms(b.end_ns - b.start_ns))
         } else {
-            s.name = format!("{} {kind}s", b.requests).into();
-            s = s.arg("requests", Arg::Int(b.requests as i64));
-        }
+            // Named by kind alone, so the hundreds of thousands of groups share one name.
+            let kind = if b.write { "writes" } else { "reads" };
+            Slice::new(b.start_ns, b.end_ns, kind).arg("requests", Arg::Int(b.requests as i64))
+        };
+        s = s.arg("bytes", Arg::Int(b.bytes as i64));
         out.entry(b.tid).or_default().push(s);
     }
     out

@@ -7,6 +7,8 @@
 //! thread's slices add up to its counted time.
 use std::collections::BTreeMap;
 
+use crate::fxhash::FxHashMap;
+
 use crate::analysis::model::TickSlice;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -52,7 +54,10 @@ impl StateRun {
 
 /// Every thread's state runs, by TID.
 pub fn thread_states(ticks: &[TickSlice]) -> BTreeMap<u32, Vec<StateRun>> {
-    let mut out: BTreeMap<u32, Vec<StateRun>> = BTreeMap::new();
+    // An hour is about a million thread-ticks: each finds its lane by a hash of the TID, and
+    // the lanes go into the ordered map once at the end.
+    let mut index: FxHashMap<u32, usize> = FxHashMap::default();
+    let mut lanes: Vec<(u32, Vec<StateRun>)> = Vec::new();
     for tick in ticks {
         for d in &tick.threads {
             let parts = [d.blocked_ns, d.io_wait_ns, d.runqueue_ns, d.on_cpu_ns];
@@ -60,7 +65,11 @@ pub fn thread_states(ticks: &[TickSlice]) -> BTreeMap<u32, Vec<StateRun>> {
             if total == 0 {
                 continue;
             }
-            let lane = out.entry(d.tid).or_default();
+            let at_lane = *index.entry(d.tid).or_insert_with(|| {
+                lanes.push((d.tid, Vec::new()));
+                lanes.len() - 1
+            });
+            let lane = &mut lanes[at_lane].1;
             let prev_end = lane.last().map_or(0, |s| s.end_ns);
             // The recorder can move time between ticks after the fact, so a tick can hold more
             // than its length: it then starts where the last one ended, and runs past its end.
@@ -82,7 +91,7 @@ pub fn thread_states(ticks: &[TickSlice]) -> BTreeMap<u32, Vec<StateRun>> {
             }
         }
     }
-    out
+    lanes.into_iter().collect()
 }
 
 #[cfg(test)]

@@ -125,3 +125,44 @@ fn calls_collectives_ios_and_samples_are_all_drawn() {
         assert!(ios > 0);
     });
 }
+
+#[test]
+fn past_the_limit_block_ios_group_per_thread_tick_and_kind_in_time_order() {
+    use crate::analysis::timed_events::TimedEvents;
+    let tick = 50_000_000u64;
+    let mut timed = TimedEvents::default();
+    // Out of order, over minutes (many grouping windows), two threads, reads and writes.
+    let n = MAX_BLOCK_IO_SLICES as u64 + 1000;
+    for i in 0..n {
+        let k = (i * 7919) % n;
+        let ts = 1_000_000_000 + k * 997_003;
+        timed.block_io(ts, 1 + (k % 2) as u32, k.is_multiple_of(3), 4096, 100_000);
+    }
+    timed.finish();
+    let kept = TimelineEvents::keep(&timed, tick);
+    assert!(kept.block_io.len() < n as usize);
+    assert_eq!(
+        kept.block_io.iter().map(|g| g.requests).sum::<u64>(),
+        n,
+        "every IO is in a group"
+    );
+    let mut seen = std::collections::BTreeSet::new();
+    for g in &kept.block_io {
+        assert!(
+            seen.insert((g.tid, g.end_ns / tick, g.write)),
+            "a (thread, tick, kind) is one group, not cut in two"
+        );
+    }
+    for tid in [1, 2] {
+        let ends: Vec<u64> = kept
+            .block_io
+            .iter()
+            .filter(|g| g.tid == tid && !g.write)
+            .map(|g| g.end_ns)
+            .collect();
+        assert!(
+            ends.windows(2).all(|w| w[0] < w[1]),
+            "time order per thread"
+        );
+    }
+}

@@ -40,7 +40,7 @@ pub struct GpuSampler {
 }
 
 /// The NVML library to load: `lib`, else $STALLSCOPE_NVML_LIB, else libnvidia-ml.so.1.
-fn nvml_path(lib: Option<PathBuf>) -> PathBuf {
+pub fn nvml_path(lib: Option<PathBuf>) -> PathBuf {
     lib.or_else(|| std::env::var_os(NVML_LIB_ENV).map(PathBuf::from))
         .unwrap_or_else(|| PathBuf::from(DEFAULT_LIB))
 }

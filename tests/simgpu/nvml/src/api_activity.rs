@@ -149,7 +149,7 @@ pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses_v3(
         if count.is_null() {
             return Err(NVML_ERROR_INVALID_ARGUMENT);
         }
-        let found: Vec<nvmlProcessInfo_t> = snap
+        let mut found: Vec<nvmlProcessInfo_t> = snap
             .procs
             .iter()
             .map(|p| nvmlProcessInfo_t {
@@ -159,6 +159,14 @@ pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses_v3(
                 computeInstanceId: NO_INSTANCE,
             })
             .collect();
+        if crate::state::faults().dead_holder {
+            found.push(nvmlProcessInfo_t {
+                pid: simgpu_state::device::DEAD_HOLDER_PID,
+                usedGpuMemory: simgpu_state::device::DEAD_HOLDER_BYTES,
+                gpuInstanceId: NO_INSTANCE,
+                computeInstanceId: NO_INSTANCE,
+            });
+        }
         // SAFETY: `count` is a non-null in/out pointer, per the API contract.
         let capacity = unsafe { count.read() } as usize;
         // SAFETY: as above.

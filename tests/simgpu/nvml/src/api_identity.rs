@@ -65,6 +65,10 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
     memory: *mut nvmlMemory_v2_t,
 ) -> nvmlReturn_t {
     guarded(|| {
+        let (dev, slice) = match crate::state::mig_parent(dev) {
+            Some(gpu) => (crate::state::device_handle(gpu), true),
+            None => (dev, false),
+        };
         let snap = snapshot(dev)?;
         if memory.is_null() {
             return Err(NVML_ERROR_INVALID_ARGUMENT);
@@ -74,12 +78,22 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
         if version != NVML_MEMORY_V2 {
             return Err(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
         }
-        let used = snap.mem_used_bytes().min(snap.mem_total_bytes);
+        let total = if slice {
+            device::MIG_SLICE_BYTES
+        } else {
+            snap.mem_total_bytes
+        };
+        let dead = if crate::state::faults().dead_holder {
+            device::DEAD_HOLDER_BYTES
+        } else {
+            0
+        };
+        let used = (snap.mem_used_bytes() + dead).min(total);
         let info = nvmlMemory_v2_t {
             version,
-            total: snap.mem_total_bytes,
+            total,
             reserved: 0,
-            free: snap.mem_total_bytes - used,
+            free: total - used,
             used,
         };
         // SAFETY: as above.

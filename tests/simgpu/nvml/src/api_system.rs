@@ -1,7 +1,7 @@
 //! Library lifetime and system queries: init, shutdown, driver version, device enumeration.
 use std::ffi::{c_char, c_uint};
 
-use simgpu_state::device::DRIVER_VERSION;
+use simgpu_state::device::{DRIVER_VERSION, OLD_DRIVER_VERSION};
 
 use crate::state::{self, device_handle};
 use crate::types::{NVML_ERROR_INVALID_ARGUMENT, nvmlDevice_t, nvmlReturn_t};
@@ -25,8 +25,13 @@ pub unsafe extern "C" fn nvmlSystemGetDriverVersion(
 ) -> nvmlReturn_t {
     guarded(|| {
         state::device()?;
+        let v = if state::faults().old_driver {
+            OLD_DRIVER_VERSION
+        } else {
+            DRIVER_VERSION
+        };
         // SAFETY: `version` is NULL or a buffer of `length` bytes, per the API contract.
-        unsafe { write_str(version, length, DRIVER_VERSION) }
+        unsafe { write_str(version, length, v) }
     })
 }
 

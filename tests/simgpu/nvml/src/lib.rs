@@ -7,6 +7,7 @@
 //! driver. Every export runs under [`guarded`], so a panic becomes `NVML_ERROR_UNKNOWN`.
 mod api_activity;
 mod api_gpm;
+mod api_health;
 mod api_identity;
 mod api_system;
 mod gpm;

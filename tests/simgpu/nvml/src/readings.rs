@@ -5,7 +5,7 @@ use std::ffi::{c_uint, c_ulonglong};
 use simgpu_state::Snapshot;
 use simgpu_state::device::{
     MEM_CLOCK_MHZ, POWER_BUSY_MW, POWER_IDLE_MW, SM_CLOCK_BUSY_MHZ, SM_CLOCK_IDLE_MHZ, TEMP_BUSY_C,
-    TEMP_IDLE_C, VIDEO_CLOCK_MHZ,
+    TEMP_IDLE_C, TEMP_THROTTLED_C, VIDEO_CLOCK_MHZ,
 };
 
 use crate::types::{
@@ -50,8 +50,12 @@ pub fn power_mw(snap: &Snapshot) -> u32 {
     between(POWER_IDLE_MW, POWER_BUSY_MW, snap.last_period_pct())
 }
 
-/// GPU temperature in °C, linear in the last period's utilization.
+/// GPU temperature in °C, linear in the last period's utilization; a throttled GPU is past its
+/// slowdown threshold, which is why it is throttled.
 pub fn temperature_c(snap: &Snapshot) -> u32 {
+    if snap.throttled() {
+        return TEMP_THROTTLED_C;
+    }
     between(TEMP_IDLE_C, TEMP_BUSY_C, snap.last_period_pct())
 }
 

@@ -25,6 +25,51 @@ static CLOCK: OnceLock<SampleClock> = OnceLock::new();
 pub const GPM_ENV: &str = "STALLSCOPE_SIMGPU_GPM";
 /// Whether the GPUs have GPM, from the environment at the first nvmlInit.
 static GPM: OnceLock<bool> = OnceLock::new();
+/// Env var: NVML-level faults, comma-separated, read at the first nvmlInit: `ecc`
+/// (uncorrectable ECC errors and a pending row remapping), `mig` (MIG on, one 20 GiB slice of
+/// 7), `dead-holder` (a PID that does not exist holds 6 GiB), `old-driver` (driver 535.104.05,
+/// CUDA 12.2), `no-persistence` (persistence mode off).
+pub const FAULTS_ENV: &str = "STALLSCOPE_SIMGPU_FAULTS";
+static FAULTS: OnceLock<Faults> = OnceLock::new();
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Faults {
+    pub ecc: bool,
+    pub mig: bool,
+    pub dead_holder: bool,
+    pub old_driver: bool,
+    pub no_persistence: bool,
+}
+
+impl Faults {
+    /// Faults from `STALLSCOPE_SIMGPU_FAULTS`'s value; an unknown name is said on stderr and
+    /// skipped, as for the other settings.
+    pub fn parse(value: Option<&str>) -> Self {
+        let mut f = Faults::default();
+        for name in value
+            .unwrap_or("")
+            .split(',')
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+        {
+            match name {
+                "ecc" => f.ecc = true,
+                "mig" => f.mig = true,
+                "dead-holder" => f.dead_holder = true,
+                "old-driver" => f.old_driver = true,
+                "no-persistence" => f.no_persistence = true,
+                other => eprintln!("simgpu: ignoring unknown fault {other:?} in {FAULTS_ENV}"),
+            }
+        }
+        f
+    }
+}
+
+/// The faults this process's NVML reports.
+pub fn faults() -> Faults {
+    FAULTS.get().copied().unwrap_or_default()
+}
+
 /// What the device handles point at: the address of element i is GPU i's handle, and nothing
 /// reads them.
 static DEVICE_TOKENS: [u8; MAX_DEVICES] = [0; MAX_DEVICES];
@@ -42,6 +87,7 @@ pub fn init() -> NvResult<()> {
     CLOCK
         .get_or_init(|| SampleClock::from_setting(std::env::var(SAMPLE_CLOCK_ENV).ok().as_deref()));
     GPM.get_or_init(|| gpm_from_setting(std::env::var(GPM_ENV).ok().as_deref()));
+    FAULTS.get_or_init(|| Faults::parse(std::env::var(FAULTS_ENV).ok().as_deref()));
     INITS.fetch_add(1, Ordering::AcqRel);
     Ok(())
 }
@@ -87,6 +133,23 @@ pub fn device_handle(index: u32) -> nvmlDevice_t {
         .cast_mut()
 }
 
+/// What MIG device handles point at: slot 0 of GPU i is element i (the simulation makes at most
+/// one slice per GPU).
+static MIG_TOKENS: [u8; MAX_DEVICES] = [0; MAX_DEVICES];
+
+/// The handle of the MIG slice on GPU `index`.
+pub fn mig_handle(index: u32) -> nvmlDevice_t {
+    (&raw const MIG_TOKENS[index as usize % MAX_DEVICES])
+        .cast::<c_void>()
+        .cast_mut()
+}
+
+/// The GPU whose MIG slice `device_arg` is, if it is a MIG handle.
+pub fn mig_parent(device_arg: nvmlDevice_t) -> Option<u32> {
+    let offset = (device_arg as usize).checked_sub(MIG_TOKENS.as_ptr() as usize)?;
+    (offset < MAX_DEVICES).then_some(offset as u32)
+}
+
 /// Checks a device handle argument and returns its GPU.
 pub fn checked(device_arg: nvmlDevice_t) -> NvResult<Gpu<'static>> {
     let shared = device()?;
@@ -108,6 +171,13 @@ pub fn snapshot(device_arg: nvmlDevice_t) -> NvResult<Snapshot> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn faults_parse_by_name() {
+        assert_eq!(Faults::parse(None), Faults::default());
+        let f = Faults::parse(Some("ecc, mig,bogus,old-driver"));
+        assert!(f.ecc && f.mig && f.old_driver && !f.dead_holder && !f.no_persistence);
+    }
 
     #[test]
     fn gpm_is_on_unless_switched_off() {

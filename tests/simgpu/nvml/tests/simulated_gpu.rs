@@ -91,7 +91,7 @@ fn kernel_schedule_shows_in_nvml() {
             );
         }
         assert_eq!(nvml.device_count().unwrap(), 1);
-        assert_eq!(nvml.sys_driver_version().unwrap(), "570.86.15");
+        assert_eq!(nvml.sys_driver_version().unwrap(), "580.65.06");
         let device = nvml.device_by_index(0).unwrap();
         assert_eq!(device.name().unwrap(), "stallscope simulated GPU");
         assert!(device.uuid().unwrap().starts_with("GPU-5eed"));

@@ -6,9 +6,24 @@
 /// Device name as NVML and cuDeviceGetName report it.
 pub const NAME: &str = "stallscope simulated GPU";
 /// Driver version string (NVML). Below 580.82 so nvml-wrapper keeps its v12 field-id scheme.
-pub const DRIVER_VERSION: &str = "570.86.15";
-/// CUDA driver API version that driver ships (cuDriverGetVersion): 12.8.
-pub const CUDA_DRIVER_VERSION: i32 = 12080;
+pub const DRIVER_VERSION: &str = "580.65.06";
+/// CUDA driver API version that driver ships (cuDriverGetVersion): 13.0, which PyTorch's
+/// CUDA 13 wheels need.
+pub const CUDA_DRIVER_VERSION: i32 = 13000;
+/// The driver NVML reports under the `old-driver` fault, and its CUDA (12.2).
+pub const OLD_DRIVER_VERSION: &str = "535.104.05";
+pub const OLD_CUDA_DRIVER_VERSION: i32 = 12020;
+/// The board's enforced power limit, mW.
+pub const POWER_LIMIT_MW: u32 = 700_000;
+/// Where the GPU slows itself down to cool, and what a throttled GPU reads.
+pub const TEMP_SLOWDOWN_C: u32 = 87;
+pub const TEMP_THROTTLED_C: u32 = 91;
+/// MIG: how many slices the board can be split into, and the one slice's memory.
+pub const MIG_MAX_DEVICES: u32 = 7;
+pub const MIG_SLICE_BYTES: u64 = 20 << 30;
+/// The PID the `dead-holder` fault lists (above any PID this machine hands out), and what it holds.
+pub const DEAD_HOLDER_PID: u32 = 4_194_000;
+pub const DEAD_HOLDER_BYTES: u64 = 6 << 30;
 
 /// Device memory: 80 GiB.
 pub const MEMORY_TOTAL_BYTES: u64 = 80 << 30;
