@@ -21,6 +21,7 @@ use common::{
     simgpu::{Sim, release_dir},
     spawned::Spawned,
     stallscope::command,
+    torch_python,
 };
 use serde_json::Value;
 
@@ -254,21 +255,6 @@ fn each_injected_fault_is_named_and_nothing_else() {
             "{fault}: no fix"
         );
     }
-}
-
-fn torch_python() -> PathBuf {
-    let python = std::env::var_os("STALLSCOPE_TORCH_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            let home = std::env::var_os("HOME").unwrap_or_else(|| "/root".into());
-            Path::new(&home).join(".cache/stallscope/torch-venv/bin/python")
-        });
-    assert!(
-        python.exists(),
-        "PyTorch's virtualenv is not at {}: run `cargo xtask setup`",
-        python.display()
-    );
-    python
 }
 
 /// A Python process that loaded PyTorch's real libcudart (from its pip wheel), as a job does

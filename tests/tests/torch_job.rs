@@ -10,11 +10,7 @@
 )]
 mod common;
 
-use std::{
-    path::{Path, PathBuf},
-    process::Command,
-    time::Duration,
-};
+use std::{path::Path, process::Command, time::Duration};
 
 use common::{
     Scratch, serial,
@@ -24,24 +20,9 @@ use common::{
     },
     spawned::Spawned,
     stallscope::{RECORD_TIMEOUT, assert_success, command, folded, parse_report},
+    torch_python,
 };
 use serde_json::Value;
-
-/// The virtualenv's interpreter, with PyTorch in it.
-fn torch_python() -> PathBuf {
-    let python = std::env::var_os("STALLSCOPE_TORCH_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            let home = std::env::var_os("HOME").unwrap_or_else(|| "/root".into());
-            Path::new(&home).join(".cache/stallscope/torch-venv/bin/python")
-        });
-    assert!(
-        python.exists(),
-        "PyTorch's virtualenv is not at {}: run `cargo xtask setup`",
-        python.display()
-    );
-    python
-}
 
 struct Run {
     report: Value,

@@ -79,3 +79,19 @@ pub fn find_tool(name: &str) -> Option<PathBuf> {
         .map(|dir| dir.join(name))
         .find(|p| p.is_file())
 }
+
+/// The virtualenv's interpreter, with PyTorch in it.
+pub fn torch_python() -> PathBuf {
+    let python = std::env::var_os("STALLSCOPE_TORCH_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            let home = std::env::var_os("HOME").unwrap_or_else(|| "/root".into());
+            Path::new(&home).join(".cache/stallscope/torch-venv/bin/python")
+        });
+    assert!(
+        python.exists(),
+        "PyTorch's virtualenv is not at {}: run `cargo xtask setup`",
+        python.display()
+    );
+    python
+}

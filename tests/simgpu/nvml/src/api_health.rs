@@ -38,6 +38,26 @@ pub unsafe extern "C" fn nvmlSystemGetCudaDriverVersion_v2(version: *mut c_int) 
     })
 }
 
+/// The current and pending halves of a mode query (ECC, MIG), for a valid device.
+///
+/// # Safety
+/// `current` and `pending` must be NULL or out-pointers.
+unsafe fn mode(
+    dev: nvmlDevice_t,
+    current: *mut c_uint,
+    pending: *mut c_uint,
+    on: bool,
+) -> nvmlReturn_t {
+    guarded(|| {
+        checked(dev)?;
+        // SAFETY: forwarded caller contract.
+        unsafe {
+            write_out(current, c_uint::from(on))?;
+            write_out(pending, c_uint::from(on))
+        }
+    })
+}
+
 /// ECC is on; `current` and `pending` are nvmlEnableState_t.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetEccMode(
@@ -45,14 +65,8 @@ pub unsafe extern "C" fn nvmlDeviceGetEccMode(
     current: *mut c_uint,
     pending: *mut c_uint,
 ) -> nvmlReturn_t {
-    guarded(|| {
-        checked(dev)?;
-        // SAFETY: out-pointers, per the API contract.
-        unsafe {
-            write_out(current, 1)?;
-            write_out(pending, 1)
-        }
-    })
+    // SAFETY: out-pointers, per the API contract.
+    unsafe { mode(dev, current, pending, true) }
 }
 
 #[unsafe(no_mangle)]
@@ -179,15 +193,8 @@ pub unsafe extern "C" fn nvmlDeviceGetMigMode(
     current: *mut c_uint,
     pending: *mut c_uint,
 ) -> nvmlReturn_t {
-    guarded(|| {
-        checked(dev)?;
-        let on = c_uint::from(faults().mig);
-        // SAFETY: out-pointers, per the API contract.
-        unsafe {
-            write_out(current, on)?;
-            write_out(pending, on)
-        }
-    })
+    // SAFETY: out-pointers, per the API contract.
+    unsafe { mode(dev, current, pending, faults().mig) }
 }
 
 #[unsafe(no_mangle)]
