@@ -147,9 +147,11 @@ fn gpm_sm_activity_follows_kernel_shares() {
                 (gr - expected_gr).abs() < 5.0,
                 "{what}: busy {gr}%, 200 ms of {wall_ms} ms is {expected_gr}%"
             );
+            // Each kernel adds its share of its own 200 ms, however much the two overlapped (a
+            // loaded machine may start the second launch late, which widens the busy union).
             assert!(
-                (sm - share * gr).abs() < 1.0,
-                "{what}: SM activity {sm}% at a {share} share of {gr}% busy"
+                (sm - share * expected_gr).abs() < 1.0,
+                "{what}: SM activity {sm}% at a {share} share of 200 ms in {wall_ms} ms"
             );
             assert!((occ - sm * 0.5).abs() < 1e-9, "{what}: occupancy {occ}%");
         };
