@@ -9,6 +9,7 @@ pub mod analysis;
 pub mod attribution;
 pub mod cuda;
 pub mod doctor;
+pub mod exposition;
 mod fxhash;
 pub mod gate;
 pub mod nvml;

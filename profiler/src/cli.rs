@@ -32,6 +32,34 @@ pub enum Command {
     /// CUDA devices, runtime and memory trend.
     #[command(after_help = DOCTOR_EXIT_CODES)]
     Doctor(DoctorArgs),
+    /// Serve this host's GPU time by state and cause, and its GPUs' health, as OpenMetrics on
+    /// /metrics, recording the GPU processes (or --pid) continuously.
+    Agent(AgentArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct AgentArgs {
+    /// Address to serve /metrics on, e.g. 0.0.0.0:9464 (port 0: any free port, said on
+    /// stderr).
+    #[arg(long, value_name = "ADDR")]
+    pub listen: std::net::SocketAddr,
+    /// A process to record, with its threads and descendants. Repeatable.
+    #[arg(
+        short,
+        long = "pid",
+        value_name = "PID",
+        required_unless_present = "all_gpu_processes"
+    )]
+    pub pids: Vec<u32>,
+    /// Record every process NVML lists on this host's GPUs, found again for every segment.
+    #[arg(long)]
+    pub all_gpu_processes: bool,
+    /// NVML library to load (default: $STALLSCOPE_NVML_LIB, else libnvidia-ml.so.1).
+    #[arg(long, value_name = "PATH")]
+    pub nvml_lib: Option<PathBuf>,
+    /// How long each recording segment runs before its seconds are added.
+    #[arg(long, value_parser = parse_duration, default_value = "15s")]
+    pub segment: Duration,
 }
 
 const DOCTOR_EXIT_CODES: &str = "Exit status: 0 every check passed (or could not run, which is \

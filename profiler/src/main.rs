@@ -1,4 +1,5 @@
 //! stallscope: attaches to a training job's process tree and explains where its time goes.
+mod agent;
 mod capture;
 mod cli;
 mod doctor;
@@ -22,6 +23,7 @@ fn main() {
         cli::Command::Diff(args) => (gate::run_diff(&args), 2),
         cli::Command::Check(args) => (gate::run_check(&args), 2),
         cli::Command::Doctor(args) => (doctor::run(&args), 3),
+        cli::Command::Agent(args) => (agent::run(&args), 1),
     };
     match result {
         Ok(code) => std::process::exit(code),

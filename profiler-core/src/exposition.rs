@@ -1,0 +1,257 @@
+//! What `stallscope agent` serves on `/metrics`: metric families in the OpenMetrics text format,
+//! and the GPU seconds by state and cause read from one recording's JSON report. Pure, so the
+//! format and the accounting are unit-tested without a server.
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Counter,
+    Gauge,
+}
+
+type Labels = Vec<(String, String)>;
+
+#[derive(Debug, Clone)]
+struct Family {
+    help: String,
+    kind: Kind,
+    samples: BTreeMap<Labels, f64>,
+}
+
+/// Metric families by name; samples by their labels.
+#[derive(Debug, Clone, Default)]
+pub struct Exposition {
+    families: BTreeMap<String, Family>,
+}
+
+fn labels(l: &[(&str, &str)]) -> Labels {
+    l.iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+fn escape(v: &str) -> String {
+    let mut out = String::with_capacity(v.len());
+    for c in v.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn number(v: f64) -> String {
+    if v.is_nan() {
+        "NaN".into()
+    } else if v.is_infinite() {
+        if v > 0.0 { "+Inf" } else { "-Inf" }.into()
+    } else {
+        format!("{v}")
+    }
+}
+
+impl Exposition {
+    fn family(&mut self, name: &str, kind: Kind, help: &str) -> &mut Family {
+        let f = self
+            .families
+            .entry(name.to_owned())
+            .or_insert_with(|| Family {
+                help: help.to_owned(),
+                kind,
+                samples: BTreeMap::new(),
+            });
+        debug_assert_eq!(f.kind, kind, "{name} is one kind of metric");
+        f
+    }
+
+    /// Sets a gauge (or a counter kept elsewhere) to `v`.
+    pub fn set(&mut self, name: &str, kind: Kind, help: &str, l: &[(&str, &str)], v: f64) {
+        self.family(name, kind, help).samples.insert(labels(l), v);
+    }
+
+    /// Adds `v` (≥ 0) to a counter. A counter named once with no increment still shows, at 0.
+    pub fn add(&mut self, name: &str, help: &str, l: &[(&str, &str)], v: f64) {
+        *self
+            .family(name, Kind::Counter, help)
+            .samples
+            .entry(labels(l))
+            .or_insert(0.0) += v.max(0.0);
+    }
+
+    /// Every family of `other`, replacing those of the same name here.
+    pub fn extend(&mut self, other: Exposition) {
+        self.families.extend(other.families);
+    }
+
+    pub fn get(&self, name: &str, l: &[(&str, &str)]) -> Option<f64> {
+        self.families.get(name)?.samples.get(&labels(l)).copied()
+    }
+
+    /// The OpenMetrics text format (`application/openmetrics-text; version=1.0.0`): a counter
+    /// family `x` has samples `x_total`; the exposition ends with `# EOF`.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        for (name, f) in &self.families {
+            let kind = match f.kind {
+                Kind::Counter => "counter",
+                Kind::Gauge => "gauge",
+            };
+            let _ = writeln!(out, "# TYPE {name} {kind}");
+            let _ = writeln!(out, "# HELP {name} {}", escape(&f.help));
+            let sample = match f.kind {
+                Kind::Counter => format!("{name}_total"),
+                Kind::Gauge => name.clone(),
+            };
+            for (l, v) in &f.samples {
+                let shown = l
+                    .iter()
+                    .map(|(k, v)| format!("{k}=\"{}\"", escape(v)))
+                    .collect::<Vec<_>>()
+                    .join(",");
+                if shown.is_empty() {
+                    let _ = writeln!(out, "{sample} {}", number(*v));
+                } else {
+                    let _ = writeln!(out, "{sample}{{{shown}}} {}", number(*v));
+                }
+            }
+        }
+        out.push_str("# EOF\n");
+        out
+    }
+}
+
+/// One GPU's seconds in one recording, by state and cause.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuSeconds {
+    pub index: u64,
+    pub uuid: String,
+    pub name: String,
+    pub busy_s: f64,
+    /// (state, cause, seconds): idle and waiting, by cause; time no cause explained is
+    /// `unattributed`.
+    pub lost: Vec<(&'static str, String, f64)>,
+}
+
+/// The label of idle or waiting time no cause explained.
+pub const UNATTRIBUTED: &str = "unattributed";
+
+/// Each GPU's seconds in a JSON report (`report --format json`): busy; idle by cause;
+/// waiting (busy to NVML, but only waiting in collectives) by cause, which is the lost time
+/// less the idle.
+pub fn gpu_seconds(report: &serde_json::Value) -> Vec<GpuSeconds> {
+    let ns = |v: &serde_json::Value| v.as_f64().unwrap_or(0.0) / 1e9;
+    let by_cause = |v: &serde_json::Value| -> BTreeMap<String, f64> {
+        v.as_object()
+            .map(|m| m.iter().map(|(k, v)| (k.clone(), ns(v))).collect())
+            .unwrap_or_default()
+    };
+    let mut out = Vec::new();
+    for g in report["gpus"].as_array().into_iter().flatten() {
+        let idle = by_cause(&g["idle_by_cause"]);
+        let lost = by_cause(&g["lost_by_cause"]);
+        let mut rows = Vec::new();
+        let mut split = |state: &'static str, total: f64, causes: BTreeMap<String, f64>| {
+            let explained: f64 = causes.values().sum();
+            for (cause, s) in causes {
+                if s > 0.0 {
+                    rows.push((state, cause, s));
+                }
+            }
+            if total - explained > 1e-9 {
+                rows.push((state, UNATTRIBUTED.to_owned(), total - explained));
+            }
+        };
+        let waiting: BTreeMap<String, f64> = lost
+            .iter()
+            .map(|(c, s)| {
+                (
+                    c.clone(),
+                    (s - idle.get(c).copied().unwrap_or(0.0)).max(0.0),
+                )
+            })
+            .collect();
+        split("idle", ns(&g["idle_ns"]), idle);
+        split("waiting", ns(&g["waiting_ns"]), waiting);
+        out.push(GpuSeconds {
+            index: g["index"].as_u64().unwrap_or(0),
+            uuid: g["uuid"].as_str().unwrap_or_default().to_owned(),
+            name: g["name"].as_str().unwrap_or_default().to_owned(),
+            busy_s: ns(&g["busy_ns"]),
+            lost: rows,
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_take_the_total_suffix_and_the_text_ends_with_eof() {
+        let mut e = Exposition::default();
+        e.add(
+            "stallscope_gpu_seconds",
+            "GPU time",
+            &[("gpu", "0"), ("state", "idle")],
+            1.5,
+        );
+        e.add(
+            "stallscope_gpu_seconds",
+            "GPU time",
+            &[("gpu", "0"), ("state", "idle")],
+            2.0,
+        );
+        e.add(
+            "stallscope_gpu_seconds",
+            "GPU time",
+            &[("gpu", "0"), ("state", "busy")],
+            -1.0,
+        );
+        e.set(
+            "DCGM_FI_DEV_GPU_TEMP",
+            Kind::Gauge,
+            "°C",
+            &[("gpu", "0"), ("note", "a\"b")],
+            70.0,
+        );
+        let text = e.render();
+        assert!(
+            text.contains("# TYPE stallscope_gpu_seconds counter\n"),
+            "{text}"
+        );
+        assert!(text.contains("stallscope_gpu_seconds_total{gpu=\"0\",state=\"idle\"} 3.5\n"));
+        assert!(text.contains("stallscope_gpu_seconds_total{gpu=\"0\",state=\"busy\"} 0\n"));
+        assert!(text.contains("DCGM_FI_DEV_GPU_TEMP{gpu=\"0\",note=\"a\\\"b\"} 70\n"));
+        assert!(text.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn a_reports_gpu_time_splits_into_busy_idle_and_waiting_by_cause() {
+        let report = serde_json::json!({"gpus": [{
+            "index": 1, "uuid": "GPU-1", "name": "H100",
+            "busy_ns": 6e9, "idle_ns": 3e9, "waiting_ns": 2e9,
+            "idle_by_cause": {"dataloader_cpu": 2.5e9},
+            "lost_by_cause": {"dataloader_cpu": 2.5e9, "nccl_wait": 1.5e9},
+        }]});
+        let g = &gpu_seconds(&report)[0];
+        assert_eq!((g.index, g.busy_s), (1, 6.0));
+        let row = |state: &str, cause: &str| {
+            g.lost
+                .iter()
+                .find(|(s, c, _)| *s == state && c == cause)
+                .map(|r| r.2)
+        };
+        assert_eq!(row("idle", "dataloader_cpu"), Some(2.5));
+        assert_eq!(row("idle", UNATTRIBUTED), Some(0.5));
+        assert_eq!(row("waiting", "nccl_wait"), Some(1.5));
+        assert_eq!(row("waiting", UNATTRIBUTED), Some(0.5));
+        assert_eq!(row("waiting", "dataloader_cpu"), None);
+        let total: f64 = g.busy_s + g.lost.iter().map(|r| r.2).sum::<f64>();
+        assert!((total - 11.0).abs() < 1e-9);
+    }
+}

@@ -1,0 +1,242 @@
+//! The gauges read at each scrape: each GPU's core metrics and health through NVML (named as
+//! dcgm-exporter names them), per-process GPU memory, the host's CPU time, the agent's own
+//! CPU and memory.
+use std::path::Path;
+
+use nvml_wrapper::{
+    Nvml,
+    enum_wrappers::device::{Clock, EccCounter, MemoryError, TemperatureSensor},
+    enums::device::UsedGpuMemory,
+};
+use profiler_core::exposition::{Exposition, Kind};
+
+/// NVML, opened once and again after it failed.
+#[derive(Default)]
+pub struct NvmlGauges {
+    nvml: Option<Nvml>,
+}
+
+impl NvmlGauges {
+    /// Reads every GPU into `e`; `stallscope_nvml_up` says whether NVML answered.
+    pub fn read(&mut self, lib: &Path, e: &mut Exposition) {
+        if self.nvml.is_none() {
+            self.nvml = Nvml::builder().lib_path(lib.as_os_str()).init().ok();
+        }
+        let up = match &self.nvml {
+            Some(n) => read_gpus(n, e).is_ok(),
+            None => false,
+        };
+        if !up {
+            // A driver that went away comes back as a new library state: open it again next time.
+            self.nvml = None;
+        }
+        e.set(
+            "stallscope_nvml_up",
+            Kind::Gauge,
+            "1 when NVML answered this scrape; 0 means the driver is lost (nvidia-smi fails)",
+            &[],
+            f64::from(u8::from(up)),
+        );
+    }
+}
+
+fn read_gpus(n: &Nvml, e: &mut Exposition) -> Result<(), nvml_wrapper::error::NvmlError> {
+    for i in 0..n.device_count()? {
+        let d = n.device_by_index(i)?;
+        let gpu = i.to_string();
+        let uuid = d.uuid().unwrap_or_default();
+        let model = d.name().unwrap_or_default();
+        let l = [
+            ("gpu", gpu.as_str()),
+            ("UUID", uuid.as_str()),
+            ("modelName", model.as_str()),
+        ];
+        let mut gauge = |name: &str, help: &str, v: Option<f64>| {
+            if let Some(v) = v {
+                e.set(name, Kind::Gauge, help, &l, v);
+            }
+        };
+        gauge(
+            "DCGM_FI_DEV_GPU_UTIL",
+            "GPU utilization (%)",
+            d.utilization_rates().ok().map(|u| f64::from(u.gpu)),
+        );
+        gauge(
+            "DCGM_FI_DEV_GPU_TEMP",
+            "GPU temperature (°C)",
+            d.temperature(TemperatureSensor::Gpu).ok().map(f64::from),
+        );
+        gauge(
+            "DCGM_FI_DEV_POWER_USAGE",
+            "Power draw (W)",
+            d.power_usage().ok().map(|mw| f64::from(mw) / 1e3),
+        );
+        let memory = d.memory_info().ok();
+        let mib = |b: u64| b as f64 / f64::from(1u32 << 20);
+        gauge(
+            "DCGM_FI_DEV_FB_USED",
+            "Framebuffer memory used (MiB)",
+            memory.as_ref().map(|m| mib(m.used)),
+        );
+        gauge(
+            "DCGM_FI_DEV_FB_FREE",
+            "Framebuffer memory free (MiB)",
+            memory.as_ref().map(|m| mib(m.free)),
+        );
+        gauge(
+            "DCGM_FI_DEV_SM_CLOCK",
+            "SM clock (MHz)",
+            d.clock_info(Clock::SM).ok().map(f64::from),
+        );
+        gauge(
+            "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
+            "Clock-event (throttle) reason bits, NVML's nvmlClocksEventReason*",
+            d.current_throttle_reasons().ok().map(|r| r.bits() as f64),
+        );
+        gauge(
+            "DCGM_FI_DEV_PCIE_LINK_GEN",
+            "PCIe link generation",
+            d.current_pcie_link_gen().ok().map(f64::from),
+        );
+        gauge(
+            "DCGM_FI_DEV_PCIE_LINK_WIDTH",
+            "PCIe link width (lanes)",
+            d.current_pcie_link_width().ok().map(f64::from),
+        );
+        let ecc = |kind, counter| d.total_ecc_errors(kind, counter).ok().map(|c| c as f64);
+        let on = d.is_ecc_enabled().is_ok_and(|m| m.currently_enabled);
+        if on {
+            gauge(
+                "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
+                "Single-bit (corrected) ECC errors since the driver loaded",
+                ecc(MemoryError::Corrected, EccCounter::Volatile),
+            );
+            gauge(
+                "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+                "Double-bit (uncorrectable) ECC errors since the driver loaded",
+                ecc(MemoryError::Uncorrected, EccCounter::Volatile),
+            );
+            gauge(
+                "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL",
+                "Single-bit (corrected) ECC errors over the GPU's life",
+                ecc(MemoryError::Corrected, EccCounter::Aggregate),
+            );
+            gauge(
+                "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL",
+                "Double-bit (uncorrectable) ECC errors over the GPU's life",
+                ecc(MemoryError::Uncorrected, EccCounter::Aggregate),
+            );
+        }
+        for p in d.running_compute_processes().unwrap_or_default() {
+            let bytes = match p.used_gpu_memory {
+                UsedGpuMemory::Used(b) => b as f64,
+                UsedGpuMemory::Unavailable => continue,
+            };
+            let pid = p.pid.to_string();
+            let comm = std::fs::read_to_string(format!("/proc/{}/comm", p.pid))
+                .map(|c| c.trim().to_owned())
+                .unwrap_or_default();
+            e.set(
+                "stallscope_process_gpu_memory_bytes",
+                Kind::Gauge,
+                "GPU memory each process holds (comm empty: not visible from here)",
+                &[("gpu", &gpu), ("pid", &pid), ("comm", &comm)],
+                bytes,
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The host's CPU time by mode, summed over CPUs, from /proc/stat (node_exporter's
+/// `node_cpu_seconds_total` without the per-CPU label).
+pub fn host_cpu(e: &mut Exposition) {
+    let Ok(stat) = std::fs::read_to_string("/proc/stat") else {
+        return;
+    };
+    let Some(line) = stat.lines().find(|l| l.starts_with("cpu ")) else {
+        return;
+    };
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    const MODES: [&str; 8] = [
+        "user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal",
+    ];
+    for (mode, v) in MODES.iter().zip(line.split_whitespace().skip(1)) {
+        if let Ok(ticks) = v.parse::<f64>() {
+            e.set(
+                "stallscope_host_cpu_seconds",
+                Kind::Counter,
+                "The host's CPU time by mode, all CPUs together",
+                &[("mode", mode)],
+                ticks / hz,
+            );
+        }
+    }
+    // SAFETY: sysconf has no preconditions.
+    let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1);
+    e.set(
+        "stallscope_host_cpus",
+        Kind::Gauge,
+        "CPUs online",
+        &[],
+        cpus as f64,
+    );
+}
+
+fn rusage(who: libc::c_int) -> (f64, f64) {
+    // SAFETY: an all-zero rusage is valid, and getrusage fills it.
+    let mut r: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid out-pointer.
+    unsafe { libc::getrusage(who, &mut r) };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    (
+        secs(r.ru_utime) + secs(r.ru_stime),
+        r.ru_maxrss as f64 * 1024.0,
+    )
+}
+
+/// The agent's own CPU and memory; its recorders' (child processes that have exited) apart.
+pub fn own(e: &mut Exposition) {
+    let (cpu, _) = rusage(libc::RUSAGE_SELF);
+    let (children_cpu, children_rss) = rusage(libc::RUSAGE_CHILDREN);
+    let help =
+        "CPU time of the agent (process=agent) and of its finished recorders (process=recorder)";
+    e.set(
+        "stallscope_agent_cpu_seconds",
+        Kind::Counter,
+        help,
+        &[("process", "agent")],
+        cpu,
+    );
+    e.set(
+        "stallscope_agent_cpu_seconds",
+        Kind::Counter,
+        help,
+        &[("process", "recorder")],
+        children_cpu,
+    );
+    let rss = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse::<f64>().ok())
+        })
+        .unwrap_or(0.0)
+        * 1024.0;
+    e.set(
+        "stallscope_agent_rss_bytes",
+        Kind::Gauge,
+        "Resident memory of the agent process",
+        &[],
+        rss,
+    );
+    e.set(
+        "stallscope_agent_recorder_max_rss_bytes",
+        Kind::Gauge,
+        "The largest resident memory any of its recorders reached",
+        &[],
+        children_rss,
+    );
+}

@@ -1,0 +1,236 @@
+//! `stallscope agent`: a per-host agent that serves OpenMetrics on `/metrics`.
+//!
+//! It records its targets in back-to-back segments: each is `stallscope record` run as a
+//! child process for `--segment`, whose JSON report adds each GPU's busy, idle and waiting
+//! seconds by cause to the counters. A child per segment keeps the agent's own memory
+//! bounded and a recorder's crash from taking the agent down; targets are found again for
+//! every segment, so jobs that start, stop or restart are picked up. The gaps between
+//! segments (attach and report) are counted, not guessed at: shares of GPU time, which the
+//! alert rules use, are ratios over the recorded time. GPU gauges are read from NVML at
+//! each scrape.
+mod gauges;
+mod http;
+
+use std::{
+    path::PathBuf,
+    process::{Command, Stdio},
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use profiler_core::exposition::{Exposition, gpu_seconds};
+
+use crate::{capture::gpu, cli::AgentArgs, privileges};
+
+/// What the segments have added up so far.
+#[derive(Default)]
+struct Totals {
+    counters: Exposition,
+    targets: usize,
+}
+
+pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
+    privileges::check()?;
+    let totals = Arc::new(Mutex::new(Totals::default()));
+    {
+        let mut t = totals.lock().expect("fresh lock");
+        // Named from the start, so a scrape before the first segment shows the families.
+        for (name, help) in COUNTERS {
+            t.counters.add(name, help, &[], 0.0);
+        }
+    }
+    let scratch = std::env::temp_dir().join(format!("stallscope-agent-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch)?;
+    let recorder = {
+        let totals = totals.clone();
+        let args = args.clone();
+        let scratch = scratch.clone();
+        std::thread::Builder::new()
+            .name("segments".into())
+            .spawn(move || segments(&args, &totals, &scratch))?
+    };
+    let lib = gpu::nvml_path(args.nvml_lib.clone());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let served = runtime.block_on(http::serve(args.listen, move || {
+        let mut e = Exposition::default();
+        let (counters, targets) = {
+            let t = totals.lock().unwrap_or_else(|p| p.into_inner());
+            (t.counters.clone(), t.targets)
+        };
+        e.extend(counters);
+        e.set(
+            "stallscope_agent_targets",
+            profiler_core::exposition::Kind::Gauge,
+            "Processes the current segment records",
+            &[],
+            targets as f64,
+        );
+        NVML.with(|n| n.borrow_mut().read(&lib, &mut e));
+        gauges::host_cpu(&mut e);
+        gauges::own(&mut e);
+        e.render()
+    }));
+    let _ = std::fs::remove_dir_all(&scratch);
+    drop(recorder);
+    served.map(|()| 0)
+}
+
+thread_local! {
+    static NVML: std::cell::RefCell<gauges::NvmlGauges> = Default::default();
+}
+
+const GPU_SECONDS: &str = "stallscope_gpu_seconds";
+const GPU_SECONDS_HELP: &str = "GPU time by state (busy, idle, waiting: busy to NVML but only \
+                                waiting in collectives) and cause, over the recorded time";
+const COUNTERS: [(&str, &str); 5] = [
+    (
+        "stallscope_agent_segments",
+        "Recording segments finished and added",
+    ),
+    (
+        "stallscope_agent_segment_failures",
+        "Recording segments that failed (the recorder's message is logged)",
+    ),
+    (
+        "stallscope_agent_recorded_seconds",
+        "Wall time covered by the segments added",
+    ),
+    (
+        "stallscope_agent_uncovered_seconds",
+        "Wall time between segments (attach, report), not recorded",
+    ),
+    (
+        "stallscope_lost_events",
+        "Events the kernel could not deliver to a recorder",
+    ),
+];
+
+/// The processes to record this segment.
+fn targets(args: &AgentArgs) -> Vec<u32> {
+    let mut pids: Vec<u32> = args
+        .pids
+        .iter()
+        .copied()
+        .filter(|p| std::path::Path::new(&format!("/proc/{p}")).exists())
+        .collect();
+    if args.all_gpu_processes
+        && let Ok(found) = gpu::all_gpu_processes(args.nvml_lib.clone())
+    {
+        let (traceable, _) = privileges::split_traceable(privileges::caller_uid(), &found);
+        pids.extend(traceable);
+    }
+    pids.sort_unstable();
+    pids.dedup();
+    pids
+}
+
+fn segments(args: &AgentArgs, totals: &Mutex<Totals>, scratch: &std::path::Path) {
+    let mut last_end: Option<Instant> = None;
+    let bump = |name: &str, v: f64| {
+        let help = COUNTERS
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map_or("", |c| c.1);
+        let mut t = totals.lock().unwrap_or_else(|p| p.into_inner());
+        t.counters.add(name, help, &[], v);
+    };
+    loop {
+        let pids = targets(args);
+        totals.lock().unwrap_or_else(|p| p.into_inner()).targets = pids.len();
+        if pids.is_empty() {
+            last_end = None;
+            std::thread::sleep(Duration::from_secs(1));
+            continue;
+        }
+        let started = Instant::now();
+        if let Some(end) = last_end {
+            bump(
+                "stallscope_agent_uncovered_seconds",
+                started.duration_since(end).as_secs_f64(),
+            );
+        }
+        match segment(args, &pids, scratch) {
+            Ok(report) => {
+                let recorded = report["duration_ns"].as_f64().unwrap_or(0.0) / 1e9;
+                let mut t = totals.lock().unwrap_or_else(|p| p.into_inner());
+                for g in gpu_seconds(&report) {
+                    let gpu = g.index.to_string();
+                    let base = [("gpu", gpu.as_str()), ("UUID", g.uuid.as_str())];
+                    let with = |state: &'static str, cause: &'static str| {
+                        let mut l = base.to_vec();
+                        l.extend([("state", state), ("cause", cause)]);
+                        l
+                    };
+                    t.counters
+                        .add(GPU_SECONDS, GPU_SECONDS_HELP, &with("busy", ""), g.busy_s);
+                    for (state, cause, s) in &g.lost {
+                        let mut l = base.to_vec();
+                        l.extend([("state", *state), ("cause", cause.as_str())]);
+                        t.counters.add(GPU_SECONDS, GPU_SECONDS_HELP, &l, *s);
+                    }
+                }
+                let lost = report["lost_events"].as_f64().unwrap_or(0.0);
+                t.counters
+                    .add("stallscope_lost_events", COUNTERS[4].1, &[], lost);
+                t.counters
+                    .add("stallscope_agent_segments", COUNTERS[0].1, &[], 1.0);
+                t.counters.add(
+                    "stallscope_agent_recorded_seconds",
+                    COUNTERS[2].1,
+                    &[],
+                    recorded,
+                );
+                // What a segment did not record of its own wall time is uncovered too.
+                let wall = started.elapsed().as_secs_f64();
+                t.counters.add(
+                    "stallscope_agent_uncovered_seconds",
+                    COUNTERS[3].1,
+                    &[],
+                    wall - recorded,
+                );
+            }
+            Err(e) => {
+                eprintln!("stallscope agent: segment of PID(s) {pids:?} failed: {e:#}");
+                bump("stallscope_agent_segment_failures", 1.0);
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        }
+        last_end = Some(Instant::now());
+    }
+}
+
+/// One `stallscope record` of `pids` for a segment, and its JSON report.
+fn segment(
+    args: &AgentArgs,
+    pids: &[u32],
+    scratch: &std::path::Path,
+) -> anyhow::Result<serde_json::Value> {
+    let file: PathBuf = scratch.join("segment.rec");
+    let mut cmd = Command::new(std::env::current_exe()?);
+    cmd.arg("record")
+        .arg("-d")
+        .arg(format!("{}ms", args.segment.as_millis()))
+        .arg("-o")
+        .arg(&file)
+        .args(["--format", "json", "--no-flamegraphs"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if let Some(lib) = &args.nvml_lib {
+        cmd.arg("--nvml-lib").arg(lib);
+    }
+    for p in pids {
+        cmd.args(["--pid", &p.to_string()]);
+    }
+    let out = cmd.output()?;
+    let _ = std::fs::remove_file(&file);
+    anyhow::ensure!(
+        out.status.success() || !out.stdout.is_empty(),
+        "the recorder exited with {}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    Ok(serde_json::from_slice(&out.stdout)?)
+}

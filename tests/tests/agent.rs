@@ -1,0 +1,280 @@
+//! `stallscope agent` scraped by a real Prometheus (Debian's `prometheus`, on loopback) while it
+//! records stallgen on the simulated GPU: the job's injected cause rises in PromQL, every panel
+//! query of the Grafana dashboard returns data, a restarted job is picked up again, and a lost
+//! NVML is `stallscope_nvml_up 0`, not an exit.
+#[allow(
+    dead_code,
+    reason = "each test binary uses its own part of the shared helpers"
+)]
+mod common;
+
+use std::{
+    io::{Read as _, Write as _},
+    net::{TcpListener, TcpStream},
+    path::{Path, PathBuf},
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use common::{
+    Scratch, find_tool, serial,
+    simgpu::{Sim, release_dir},
+    spawned::Spawned,
+    stallscope::command,
+};
+use serde_json::Value;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// A GET over plain HTTP/1.0: (status, body).
+fn get(addr: &str, path: &str) -> Option<(u16, String)> {
+    let mut s = TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).ok()?;
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    let status = head.split_whitespace().nth(1)?.parse().ok()?;
+    Some((status, body.to_owned()))
+}
+
+fn encode(q: &str) -> String {
+    q.bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(start.elapsed() < timeout, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+fn stallgen(sim: &Sim, scenario: &str, secs: u32) -> Spawned {
+    let job = Spawned::start(
+        Command::new(release_dir().join("stallgen"))
+            .env("LD_LIBRARY_PATH", &sim.libs)
+            .env("STALLSCOPE_SIMGPU_STATE", &sim.state)
+            .args(["--scenario", scenario, "--secs", &secs.to_string()]),
+    );
+    job.wait_stdout(Duration::from_secs(60), |l| l.starts_with("ready pid="))
+        .unwrap_or_else(|| panic!("stallgen never became ready:\n{}", job.stderr_so_far()));
+    job
+}
+
+/// The agent, and the address it serves on.
+fn agent(sim: &Sim, nvml: &Path, targets: &[&str]) -> (Spawned, String) {
+    let proc = Spawned::start(
+        command()
+            .args([
+                "agent",
+                "--listen",
+                "127.0.0.1:0",
+                "--segment",
+                "3s",
+                "--nvml-lib",
+            ])
+            .arg(nvml)
+            .args(targets)
+            .env("STALLSCOPE_SIMGPU_STATE", &sim.state),
+    );
+    let line = proc
+        .wait_stderr(Duration::from_secs(30), |l| l.contains("serving http://"))
+        .unwrap_or_else(|| panic!("the agent never served:\n{}", proc.stderr_so_far()));
+    let addr = line
+        .split("http://")
+        .nth(1)
+        .and_then(|r| r.split('/').next())
+        .expect("an address")
+        .to_owned();
+    (proc, addr)
+}
+
+/// One sample's value in the agent's own exposition.
+fn scraped(addr: &str, series: &str) -> Option<f64> {
+    let (status, body) = get(addr, "/metrics")?;
+    assert_eq!(status, 200);
+    body.lines()
+        .find(|l| l.starts_with(series) && l[series.len()..].starts_with([' ', '{']))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+struct Prometheus {
+    _proc: Spawned,
+    addr: String,
+}
+
+impl Prometheus {
+    fn start(dir: &Scratch, target: &str) -> Self {
+        let bin = find_tool("prometheus").unwrap_or_else(|| {
+            panic!("prometheus is missing: apt-get install prometheus, or run `cargo xtask test`")
+        });
+        let config = dir.join("prometheus.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n\
+                 scrape_configs:\n  - job_name: stallscope\n    static_configs:\n      - targets: ['{target}']\n"
+            ),
+        )
+        .unwrap();
+        let addr = format!("127.0.0.1:{}", free_port());
+        let proc = Spawned::start(
+            Command::new(bin)
+                .arg(format!("--config.file={}", config.display()))
+                .arg(format!(
+                    "--storage.tsdb.path={}",
+                    dir.join("tsdb").display()
+                ))
+                .arg(format!("--web.listen-address={addr}")),
+        );
+        wait_for("Prometheus to be ready", Duration::from_secs(60), || {
+            get(&addr, "/-/ready").filter(|(s, _)| *s == 200)
+        });
+        Prometheus { _proc: proc, addr }
+    }
+
+    /// An instant query's result vector.
+    fn query(&self, q: &str) -> Vec<Value> {
+        let (status, body) = get(&self.addr, &format!("/api/v1/query?query={}", encode(q)))
+            .unwrap_or_else(|| panic!("no answer from Prometheus for {q}"));
+        let v: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"));
+        assert_eq!(status, 200, "{q}: {body}");
+        assert_eq!(v["status"], "success", "{q}: {body}");
+        v["data"]["result"].as_array().cloned().unwrap_or_default()
+    }
+
+    fn value(&self, q: &str) -> Option<f64> {
+        self.query(q)
+            .first()
+            .and_then(|r| r["value"][1].as_str()?.parse().ok())
+    }
+}
+
+#[test]
+fn prometheus_sees_the_injected_cause_rise_and_every_dashboard_panel_has_data() {
+    let _serial = serial();
+    let sim = Sim::new("agent-prom");
+    let dir = Scratch::new("agent-prom");
+    let job = stallgen(&sim, "dataloader-cpu", 120);
+    let pid = job.pid.to_string();
+    let (_agent, addr) = agent(&sim, &sim.libs.join("libnvidia-ml.so.1"), &["--pid", &pid]);
+    let prom = Prometheus::start(&dir, &addr);
+
+    let series = r#"sum(stallscope_gpu_seconds_total{state="idle",cause="dataloader_cpu"})"#;
+    let first = wait_for(
+        "dataloader_cpu seconds in Prometheus",
+        Duration::from_secs(90),
+        || prom.value(series).filter(|v| *v > 0.0),
+    );
+    let later = wait_for(
+        "dataloader_cpu seconds to rise",
+        Duration::from_secs(60),
+        || prom.value(series).filter(|v| *v > first),
+    );
+    assert!(later > first);
+    // The job's own truth is that its loader is the bottleneck: that is the cause most of
+    // the lost time goes to.
+    let lost = prom
+        .value(r#"sum(stallscope_gpu_seconds_total{state=~"idle|waiting"})"#)
+        .expect("lost GPU time");
+    let top = prom
+        .query(r#"topk(1, sum by (cause) (stallscope_gpu_seconds_total{state=~"idle|waiting"}))"#);
+    assert_eq!(top[0]["metric"]["cause"], "dataloader_cpu", "{top:?}");
+    let loader = prom.value(series).unwrap();
+    assert!(
+        loader > 0.5 * lost,
+        "dataloader_cpu {loader} s of {lost} s lost"
+    );
+
+    // Give the 1m rates two segments' worth of points, then every panel must answer.
+    std::thread::sleep(Duration::from_secs(8));
+    let dashboard: Value = serde_json::from_str(
+        &std::fs::read_to_string(repo().join("deploy/grafana/stallscope.json")).unwrap(),
+    )
+    .unwrap();
+    let panels = dashboard["panels"].as_array().expect("panels");
+    assert!(panels.len() >= 10);
+    for p in panels {
+        for t in p["targets"].as_array().expect("targets") {
+            let expr = t["expr"].as_str().expect("an expr");
+            let got = prom.query(expr);
+            assert!(
+                !got.is_empty(),
+                "panel {:?}: {expr} returned no data",
+                p["title"]
+            );
+        }
+    }
+    drop(job);
+}
+
+#[test]
+fn a_restarted_job_is_picked_up_again_and_a_lost_nvml_reads_zero() {
+    let _serial = serial();
+    let sim = Sim::new("agent-restart");
+    let nvml = sim.libs.join("libnvidia-ml.so.1");
+    let first = stallgen(&sim, "healthy", 120);
+    let (mut agent_proc, addr) = agent(&sim, &nvml, &["--all-gpu-processes"]);
+    let memory_of =
+        |pid: u32| format!("stallscope_process_gpu_memory_bytes{{gpu=\"0\",pid=\"{pid}\"");
+    wait_for(
+        "a segment of the first job",
+        Duration::from_secs(60),
+        || scraped(&addr, "stallscope_agent_segments_total").filter(|n| *n >= 1.0),
+    );
+    assert!(
+        get(&addr, "/metrics")
+            .unwrap()
+            .1
+            .contains(&memory_of(first.pid)),
+        "the first job's memory is listed"
+    );
+    drop(first);
+    wait_for(
+        "no target once the job is gone",
+        Duration::from_secs(60),
+        || scraped(&addr, "stallscope_agent_targets").filter(|n| *n == 0.0),
+    );
+    let done = scraped(&addr, "stallscope_agent_segments_total").unwrap();
+    let second = stallgen(&sim, "healthy", 120);
+    wait_for(
+        "a segment of the restarted job",
+        Duration::from_secs(60),
+        || scraped(&addr, "stallscope_agent_segments_total").filter(|n| *n > done),
+    );
+    assert_eq!(scraped(&addr, "stallscope_agent_targets"), Some(1.0));
+    assert!(agent_proc.running(), "the agent runs on");
+    drop(second);
+
+    // An NVML that cannot be loaded is a 0, and the agent stays up.
+    let (mut lost, lost_addr) = agent(
+        &sim,
+        Path::new("/nonexistent/libnvidia-ml.so.1"),
+        &["--pid", "1"],
+    );
+    assert_eq!(scraped(&lost_addr, "stallscope_nvml_up"), Some(0.0));
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(scraped(&lost_addr, "stallscope_nvml_up"), Some(0.0));
+    assert!(lost.running(), "a lost NVML is not an exit");
+}
