@@ -60,6 +60,10 @@ pub struct AgentArgs {
     /// How long each recording segment runs before its seconds are added.
     #[arg(long, value_parser = parse_duration, default_value = "15s")]
     pub segment: Duration,
+    /// Keep this long of each cause's stacks and serve them as a flame graph on
+    /// /flamegraph?cause=CAUSE (e.g. 10m; 0, the default: off, and the recorders draw none).
+    #[arg(long, value_parser = parse_duration, default_value = "0s", value_name = "DURATION")]
+    pub flamegraphs: Duration,
 }
 
 const DOCTOR_EXIT_CODES: &str = "Exit status: 0 every check passed (or could not run, which is \

@@ -1,7 +1,8 @@
 //! `stallscope agent` scraped by a real Prometheus (Debian's `prometheus`, on loopback) while it
 //! records stallgen on the simulated GPU: the job's injected cause rises in PromQL, every panel
-//! query of the Grafana dashboard returns data, a restarted job is picked up again, and a lost
-//! NVML is `stallscope_nvml_up 0`, not an exit.
+//! query of the Grafana dashboard returns data, the cause's flame graph shows the job's
+//! function, a restarted job is picked up again, and a lost NVML is `stallscope_nvml_up 0`,
+//! not an exit.
 #[allow(
     dead_code,
     reason = "each test binary uses its own part of the shared helpers"
@@ -178,7 +179,11 @@ fn prometheus_sees_the_injected_cause_rise_and_every_dashboard_panel_has_data() 
     let dir = Scratch::new("agent-prom");
     let job = stallgen(&sim, "dataloader-cpu", 120);
     let pid = job.pid.to_string();
-    let (_agent, addr) = agent(&sim, &sim.libs.join("libnvidia-ml.so.1"), &["--pid", &pid]);
+    let (_agent, addr) = agent(
+        &sim,
+        &sim.libs.join("libnvidia-ml.so.1"),
+        &["--pid", &pid, "--flamegraphs", "5m"],
+    );
     let prom = Prometheus::start(&dir, &addr);
 
     let series = r#"sum(stallscope_gpu_seconds_total{state="idle",cause="dataloader_cpu"})"#;
@@ -193,19 +198,21 @@ fn prometheus_sees_the_injected_cause_rise_and_every_dashboard_panel_has_data() 
         || prom.value(series).filter(|v| *v > first),
     );
     assert!(later > first);
-    // The job's own truth is that its loader is the bottleneck: that is the cause most of
-    // the lost time goes to.
-    let lost = prom
-        .value(r#"sum(stallscope_gpu_seconds_total{state=~"idle|waiting"})"#)
-        .expect("lost GPU time");
-    let top = prom
-        .query(r#"topk(1, sum by (cause) (stallscope_gpu_seconds_total{state=~"idle|waiting"}))"#);
-    assert_eq!(top[0]["metric"]["cause"], "dataloader_cpu", "{top:?}");
-    let loader = prom.value(series).unwrap();
+    // The cause's flame graph over the segments kept shows the workers' transform.
+    let (status, svg) = get(&addr, "/flamegraph?cause=dataloader_cpu").expect("an answer");
+    assert_eq!(status, 200, "{svg}");
     assert!(
-        loader > 0.5 * lost,
-        "dataloader_cpu {loader} s of {lost} s lost"
+        svg.contains("<svg"),
+        "not an SVG: {}",
+        &svg[..svg.len().min(200)]
     );
+    assert!(
+        svg.contains("stallgen::work::burn_cpu_ms"),
+        "the workers' transform is not in the flame graph"
+    );
+    let (status, why) = get(&addr, "/flamegraph?cause=bogus").expect("an answer");
+    assert_eq!(status, 404);
+    assert!(why.contains("dataloader_cpu"), "{why}");
 
     // Give the 1m rates two segments' worth of points, then every panel must answer.
     std::thread::sleep(Duration::from_secs(8));

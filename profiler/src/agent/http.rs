@@ -1,4 +1,5 @@
-//! The agent's HTTP endpoint: `GET /metrics` answers with the exposition, anything else 404.
+//! The agent's HTTP endpoint: `GET /metrics` answers with the exposition, `/flamegraph` with
+//! a cause's flame graph, anything else 404.
 //! One request per connection, served in turn: a scraper is one client every few seconds, and
 //! serving in turn keeps NVML on one thread.
 use std::{net::SocketAddr, time::Duration};
@@ -28,17 +29,38 @@ async fn request_path(stream: &mut TcpStream) -> Option<String> {
     (first.next()? == "GET").then(|| first.next().unwrap_or("/").to_owned())
 }
 
-async fn answer(mut stream: TcpStream, render: &impl Fn() -> String) {
+/// The value of `key` in a query string (no percent-decoding: cause names need none).
+fn query_value<'q>(query: &'q str, key: &str) -> Option<&'q str> {
+    query
+        .split('&')
+        .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+}
+
+async fn answer(
+    mut stream: TcpStream,
+    render: &impl Fn() -> String,
+    flamegraph: &impl Fn(&str) -> Result<String, (u16, String)>,
+) {
     let Ok(Some(path)) = tokio::time::timeout(REQUEST_TIMEOUT, request_path(&mut stream)).await
     else {
         return;
     };
-    let (status, kind, body) = match path.split('?').next() {
-        Some("/metrics") => ("200 OK", CONTENT_TYPE, render()),
-        Some("/") => (
+    let (route, query) = path.split_once('?').unwrap_or((&path, ""));
+    let (status, kind, body) = match route {
+        "/metrics" => ("200 OK", CONTENT_TYPE, render()),
+        "/flamegraph" => match flamegraph(query_value(query, "cause").unwrap_or("")) {
+            Ok(svg) => ("200 OK", "image/svg+xml", svg),
+            Err((404, why)) => ("404 Not Found", "text/plain; charset=utf-8", why),
+            Err((_, why)) => (
+                "500 Internal Server Error",
+                "text/plain; charset=utf-8",
+                why,
+            ),
+        },
+        "/" => (
             "200 OK",
             "text/plain; charset=utf-8",
-            "stallscope agent: metrics on /metrics\n".to_owned(),
+            "stallscope agent: /metrics, /flamegraph?cause=CAUSE\n".to_owned(),
         ),
         _ => (
             "404 Not Found",
@@ -56,7 +78,11 @@ async fn answer(mut stream: TcpStream, render: &impl Fn() -> String) {
 }
 
 /// Serves until SIGINT or SIGTERM.
-pub async fn serve(addr: SocketAddr, render: impl Fn() -> String) -> anyhow::Result<()> {
+pub async fn serve(
+    addr: SocketAddr,
+    flamegraph: impl Fn(&str) -> Result<String, (u16, String)>,
+    render: impl Fn() -> String,
+) -> anyhow::Result<()> {
     let listener = TcpListener::bind(addr)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
@@ -69,7 +95,7 @@ pub async fn serve(addr: SocketAddr, render: impl Fn() -> String) -> anyhow::Res
         tokio::select! {
             accepted = listener.accept() => {
                 if let Ok((stream, _)) = accepted {
-                    answer(stream, &render).await;
+                    answer(stream, &render, &flamegraph).await;
                 }
             }
             _ = tokio::signal::ctrl_c() => return Ok(()),

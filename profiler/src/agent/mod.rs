@@ -8,6 +8,7 @@
 //! segments (attach and report) are counted, not guessed at: shares of GPU time, which the
 //! alert rules use, are ratios over the recorded time. GPU gauges are read from NVML at
 //! each scrape.
+mod flamegraphs;
 mod gauges;
 mod http;
 
@@ -27,6 +28,8 @@ use crate::{capture::gpu, cli::AgentArgs, privileges};
 struct Totals {
     counters: Exposition,
     targets: usize,
+    /// The folded stacks of the segments within `--flamegraphs`, oldest first.
+    stacks: std::collections::VecDeque<(Instant, PathBuf)>,
 }
 
 pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
@@ -53,7 +56,16 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let served = runtime.block_on(http::serve(args.listen, move || {
+    let graphs = totals.clone();
+    let window = args.flamegraphs;
+    let flamegraph = move |cause: &str| {
+        let dirs: Vec<PathBuf> = {
+            let t = graphs.lock().unwrap_or_else(|p| p.into_inner());
+            t.stacks.iter().map(|(_, d)| d.clone()).collect()
+        };
+        flamegraphs::render(&dirs, cause, window)
+    };
+    let served = runtime.block_on(http::serve(args.listen, flamegraph, move || {
         let mut e = Exposition::default();
         let (counters, targets) = {
             let t = totals.lock().unwrap_or_else(|p| p.into_inner());
@@ -128,6 +140,7 @@ fn targets(args: &AgentArgs) -> Vec<u32> {
 
 fn segments(args: &AgentArgs, totals: &Mutex<Totals>, scratch: &std::path::Path) {
     let mut last_end: Option<Instant> = None;
+    let mut count = 0u64;
     let bump = |name: &str, v: f64| {
         let help = COUNTERS
             .iter()
@@ -151,8 +164,25 @@ fn segments(args: &AgentArgs, totals: &Mutex<Totals>, scratch: &std::path::Path)
                 started.duration_since(end).as_secs_f64(),
             );
         }
-        match segment(args, &pids, scratch) {
+        count += 1;
+        let dir = scratch.join(format!("segment-{count}"));
+        match segment(args, &pids, &dir) {
             Ok(report) => {
+                if !args.flamegraphs.is_zero() {
+                    let mut t = totals.lock().unwrap_or_else(|p| p.into_inner());
+                    t.stacks.push_back((Instant::now(), dir.clone()));
+                    while t
+                        .stacks
+                        .front()
+                        .is_some_and(|(at, _)| at.elapsed() > args.flamegraphs)
+                    {
+                        if let Some((_, old)) = t.stacks.pop_front() {
+                            let _ = std::fs::remove_dir_all(old);
+                        }
+                    }
+                } else {
+                    let _ = std::fs::remove_dir_all(&dir);
+                }
                 let recorded = report["duration_ns"].as_f64().unwrap_or(0.0) / 1e9;
                 let mut t = totals.lock().unwrap_or_else(|p| p.into_inner());
                 for g in gpu_seconds(&report) {
@@ -192,6 +222,7 @@ fn segments(args: &AgentArgs, totals: &Mutex<Totals>, scratch: &std::path::Path)
                 );
             }
             Err(e) => {
+                let _ = std::fs::remove_dir_all(&dir);
                 eprintln!("stallscope agent: segment of PID(s) {pids:?} failed: {e:#}");
                 bump("stallscope_agent_segment_failures", 1.0);
                 std::thread::sleep(Duration::from_secs(1));
@@ -201,21 +232,28 @@ fn segments(args: &AgentArgs, totals: &Mutex<Totals>, scratch: &std::path::Path)
     }
 }
 
-/// One `stallscope record` of `pids` for a segment, and its JSON report.
+/// One `stallscope record` of `pids` for a segment into `dir` (its folded stacks stay there
+/// when flame graphs are kept), and its JSON report.
 fn segment(
     args: &AgentArgs,
     pids: &[u32],
-    scratch: &std::path::Path,
+    dir: &std::path::Path,
 ) -> anyhow::Result<serde_json::Value> {
-    let file: PathBuf = scratch.join("segment.rec");
+    std::fs::create_dir_all(dir)?;
+    let file: PathBuf = dir.join("segment.rec");
     let mut cmd = Command::new(std::env::current_exe()?);
     cmd.arg("record")
         .arg("-d")
         .arg(format!("{}ms", args.segment.as_millis()))
         .arg("-o")
         .arg(&file)
-        .args(["--format", "json", "--no-flamegraphs"])
-        .stdin(Stdio::null())
+        .args(["--format", "json"]);
+    if args.flamegraphs.is_zero() {
+        cmd.arg("--no-flamegraphs");
+    } else {
+        cmd.arg("--flamegraph-dir").arg(dir);
+    }
+    cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     if let Some(lib) = &args.nvml_lib {

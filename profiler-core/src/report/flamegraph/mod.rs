@@ -408,6 +408,30 @@ pub fn cause_stacks(
     out
 }
 
+/// What a cause's flame graph counts: microseconds waited on IO, or on-CPU samples.
+pub fn cause_unit(cause: Cause) -> &'static str {
+    if cause.spec().stacks == Stacks::IoWait {
+        "us"
+    } else {
+        "samples"
+    }
+}
+
+/// Folded lines (`frame;frame count`) of several graphs of one kind merged: each stack once,
+/// its counts summed, in stack order. Lines that do not end in a count are skipped.
+pub fn merge_folded<'l>(lines: impl IntoIterator<Item = &'l str>) -> Vec<String> {
+    let mut sums: std::collections::BTreeMap<&str, u64> = std::collections::BTreeMap::new();
+    for line in lines {
+        let Some((stack, count)) = line.trim_end().rsplit_once(' ') else {
+            continue;
+        };
+        if let Ok(n) = count.parse::<u64>() {
+            *sums.entry(stack).or_default() += n;
+        }
+    }
+    sums.into_iter().map(|(s, n)| format!("{s} {n}")).collect()
+}
+
 /// Folded lines of one cause's stacks, and the count's unit.
 pub fn cause_lines(a: &Analysis, stacks: &CauseStacks) -> (Vec<String>, &'static str) {
     let disk = stacks.cause.spec().stacks == Stacks::IoWait;
@@ -425,13 +449,24 @@ pub fn cause_lines(a: &Analysis, stacks: &CauseStacks) -> (Vec<String>, &'static
             *ns = ns.saturating_add(500) / 1000;
         }
     }
-    let unit = if disk { "us" } else { "samples" };
-    (with_counts(folded), unit)
+    (with_counts(folded), cause_unit(stacks.cause))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn merged_graphs_sum_each_stacks_counts() {
+        let a = ["py;load;decode 3", "py;step 5"];
+        let b = ["py;load;decode 4", "garbage", "py;load 1"];
+        assert_eq!(
+            merge_folded(a.iter().chain(&b).copied()),
+            ["py;load 1", "py;load;decode 7", "py;step 5"]
+        );
+        assert_eq!(cause_unit(Cause::Disk), "us");
+        assert_eq!(cause_unit(Cause::DataloaderCpu), "samples");
+    }
 
     #[test]
     fn ids_leave_the_process_and_thread_frames_only() {
