@@ -155,10 +155,19 @@ pub fn classify(text: &str) -> Option<Event> {
 }
 
 /// How many of one kind, the newest line, and when.
+#[derive(Default)]
 struct Seen {
     count: usize,
     last: String,
     last_usec: u64,
+}
+
+impl Seen {
+    fn add(&mut self, r: &Record) {
+        self.count += 1;
+        self.last.clone_from(&r.text);
+        self.last_usec = r.usec;
+    }
 }
 
 fn age(now_usec: u64, usec: u64) -> String {
@@ -178,30 +187,14 @@ pub fn checks(records: &[Record], now_usec: u64, scope: &str) -> Vec<Check> {
     let mut fallen: BTreeMap<String, Seen> = BTreeMap::new();
     let mut driver: Option<Seen> = None;
     let mut pcie: [Option<Seen>; 2] = [None, None];
-    let note = |slot: &mut Option<Seen>, r: &Record| {
-        let s = slot.get_or_insert(Seen {
-            count: 0,
-            last: String::new(),
-            last_usec: 0,
-        });
-        s.count += 1;
-        s.last = r.text.clone();
-        s.last_usec = r.usec;
-    };
     for r in records {
         match classify(&r.text) {
-            Some(Event::Xid { xid, device }) => {
-                let mut slot = xids.remove(&(xid, device.clone()));
-                note(&mut slot, r);
-                xids.insert((xid, device), slot.expect("just filled"));
+            Some(Event::Xid { xid, device }) => xids.entry((xid, device)).or_default().add(r),
+            Some(Event::FallenOffTheBus { device }) => fallen.entry(device).or_default().add(r),
+            Some(Event::DriverError) => driver.get_or_insert_default().add(r),
+            Some(Event::PcieBusError { fatal }) => {
+                pcie[usize::from(fatal)].get_or_insert_default().add(r)
             }
-            Some(Event::FallenOffTheBus { device }) => {
-                let mut slot = fallen.remove(&device);
-                note(&mut slot, r);
-                fallen.insert(device, slot.expect("just filled"));
-            }
-            Some(Event::DriverError) => note(&mut driver, r),
-            Some(Event::PcieBusError { fatal }) => note(&mut pcie[usize::from(fatal)], r),
             None => {}
         }
     }

@@ -103,29 +103,37 @@ fn read_gpus(n: &Nvml, e: &mut Exposition) -> Result<(), nvml_wrapper::error::Nv
             "PCIe link width (lanes)",
             d.current_pcie_link_width().ok().map(f64::from),
         );
-        let ecc = |kind, counter| d.total_ecc_errors(kind, counter).ok().map(|c| c as f64);
-        let on = d.is_ecc_enabled().is_ok_and(|m| m.currently_enabled);
-        if on {
-            gauge(
-                "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
-                "Single-bit (corrected) ECC errors since the driver loaded",
-                ecc(MemoryError::Corrected, EccCounter::Volatile),
-            );
-            gauge(
-                "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
-                "Double-bit (uncorrectable) ECC errors since the driver loaded",
-                ecc(MemoryError::Uncorrected, EccCounter::Volatile),
-            );
-            gauge(
-                "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL",
-                "Single-bit (corrected) ECC errors over the GPU's life",
-                ecc(MemoryError::Corrected, EccCounter::Aggregate),
-            );
-            gauge(
-                "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL",
-                "Double-bit (uncorrectable) ECC errors over the GPU's life",
-                ecc(MemoryError::Uncorrected, EccCounter::Aggregate),
-            );
+        if d.is_ecc_enabled().is_ok_and(|m| m.currently_enabled) {
+            const ECC: [(&str, &str, MemoryError, EccCounter); 4] = [
+                (
+                    "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
+                    "Single-bit (corrected) ECC errors since the driver loaded",
+                    MemoryError::Corrected,
+                    EccCounter::Volatile,
+                ),
+                (
+                    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+                    "Double-bit (uncorrectable) ECC errors since the driver loaded",
+                    MemoryError::Uncorrected,
+                    EccCounter::Volatile,
+                ),
+                (
+                    "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL",
+                    "Single-bit (corrected) ECC errors over the GPU's life",
+                    MemoryError::Corrected,
+                    EccCounter::Aggregate,
+                ),
+                (
+                    "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL",
+                    "Double-bit (uncorrectable) ECC errors over the GPU's life",
+                    MemoryError::Uncorrected,
+                    EccCounter::Aggregate,
+                ),
+            ];
+            for (name, help, kind, counter) in ECC {
+                let count = d.total_ecc_errors(kind, counter).ok().map(|c| c as f64);
+                gauge(name, help, count);
+            }
         }
         for p in d.running_compute_processes().unwrap_or_default() {
             let bytes = match p.used_gpu_memory {

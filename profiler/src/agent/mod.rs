@@ -138,95 +138,100 @@ fn targets(args: &AgentArgs) -> Vec<u32> {
     pids
 }
 
-fn segments(args: &AgentArgs, totals: &Mutex<Totals>, scratch: &std::path::Path) {
-    let mut last_end: Option<Instant> = None;
-    let mut count = 0u64;
-    let bump = |name: &str, v: f64| {
+impl Totals {
+    /// Adds `v` to one of [`COUNTERS`].
+    fn count(&mut self, name: &str, v: f64) {
         let help = COUNTERS
             .iter()
             .find(|(n, _)| *n == name)
             .map_or("", |c| c.1);
-        let mut t = totals.lock().unwrap_or_else(|p| p.into_inner());
-        t.counters.add(name, help, &[], v);
-    };
+        self.counters.add(name, help, &[], v);
+    }
+
+    /// A segment's report: each GPU's seconds by state and cause, and its lost events.
+    /// Returns the seconds it recorded.
+    fn add_report(&mut self, report: &serde_json::Value) -> f64 {
+        for g in gpu_seconds(report) {
+            let gpu = g.index.to_string();
+            let busy = ("busy", String::new(), g.busy_s);
+            for (state, cause, s) in std::iter::once(&busy).chain(&g.lost) {
+                let l = [
+                    ("gpu", gpu.as_str()),
+                    ("UUID", g.uuid.as_str()),
+                    ("state", state),
+                    ("cause", cause.as_str()),
+                ];
+                self.counters.add(GPU_SECONDS, GPU_SECONDS_HELP, &l, *s);
+            }
+        }
+        self.count(
+            "stallscope_lost_events",
+            report["lost_events"].as_f64().unwrap_or(0.0),
+        );
+        self.count("stallscope_agent_segments", 1.0);
+        report["duration_ns"].as_f64().unwrap_or(0.0) / 1e9
+    }
+
+    /// Keeps a segment's folded stacks for `window`, dropping those older.
+    fn keep_stacks(&mut self, dir: PathBuf, window: Duration) {
+        self.stacks.push_back((Instant::now(), dir));
+        while self
+            .stacks
+            .front()
+            .is_some_and(|(at, _)| at.elapsed() > window)
+        {
+            if let Some((_, old)) = self.stacks.pop_front() {
+                let _ = std::fs::remove_dir_all(old);
+            }
+        }
+    }
+}
+
+fn segments(args: &AgentArgs, totals: &Mutex<Totals>, scratch: &std::path::Path) {
+    let lock = || totals.lock().unwrap_or_else(|p| p.into_inner());
+    let mut last_end: Option<Instant> = None;
+    let mut count = 0u64;
     loop {
         let pids = targets(args);
-        totals.lock().unwrap_or_else(|p| p.into_inner()).targets = pids.len();
+        lock().targets = pids.len();
         if pids.is_empty() {
             last_end = None;
             std::thread::sleep(Duration::from_secs(1));
             continue;
         }
         let started = Instant::now();
-        if let Some(end) = last_end {
-            bump(
-                "stallscope_agent_uncovered_seconds",
-                started.duration_since(end).as_secs_f64(),
-            );
-        }
+        // Wall time since the last segment ended, less what this one records, is uncovered.
+        let since = last_end.unwrap_or(started);
         count += 1;
         let dir = scratch.join(format!("segment-{count}"));
-        match segment(args, &pids, &dir) {
+        let result = segment(args, &pids, &dir);
+        let mut t = lock();
+        let recorded = match result {
             Ok(report) => {
-                if !args.flamegraphs.is_zero() {
-                    let mut t = totals.lock().unwrap_or_else(|p| p.into_inner());
-                    t.stacks.push_back((Instant::now(), dir.clone()));
-                    while t
-                        .stacks
-                        .front()
-                        .is_some_and(|(at, _)| at.elapsed() > args.flamegraphs)
-                    {
-                        if let Some((_, old)) = t.stacks.pop_front() {
-                            let _ = std::fs::remove_dir_all(old);
-                        }
-                    }
-                } else {
+                let recorded = t.add_report(&report);
+                t.count("stallscope_agent_recorded_seconds", recorded);
+                if args.flamegraphs.is_zero() {
                     let _ = std::fs::remove_dir_all(&dir);
+                } else {
+                    t.keep_stacks(dir, args.flamegraphs);
                 }
-                let recorded = report["duration_ns"].as_f64().unwrap_or(0.0) / 1e9;
-                let mut t = totals.lock().unwrap_or_else(|p| p.into_inner());
-                for g in gpu_seconds(&report) {
-                    let gpu = g.index.to_string();
-                    let base = [("gpu", gpu.as_str()), ("UUID", g.uuid.as_str())];
-                    let with = |state: &'static str, cause: &'static str| {
-                        let mut l = base.to_vec();
-                        l.extend([("state", state), ("cause", cause)]);
-                        l
-                    };
-                    t.counters
-                        .add(GPU_SECONDS, GPU_SECONDS_HELP, &with("busy", ""), g.busy_s);
-                    for (state, cause, s) in &g.lost {
-                        let mut l = base.to_vec();
-                        l.extend([("state", *state), ("cause", cause.as_str())]);
-                        t.counters.add(GPU_SECONDS, GPU_SECONDS_HELP, &l, *s);
-                    }
-                }
-                let lost = report["lost_events"].as_f64().unwrap_or(0.0);
-                t.counters
-                    .add("stallscope_lost_events", COUNTERS[4].1, &[], lost);
-                t.counters
-                    .add("stallscope_agent_segments", COUNTERS[0].1, &[], 1.0);
-                t.counters.add(
-                    "stallscope_agent_recorded_seconds",
-                    COUNTERS[2].1,
-                    &[],
-                    recorded,
-                );
-                // What a segment did not record of its own wall time is uncovered too.
-                let wall = started.elapsed().as_secs_f64();
-                t.counters.add(
-                    "stallscope_agent_uncovered_seconds",
-                    COUNTERS[3].1,
-                    &[],
-                    wall - recorded,
-                );
+                recorded
             }
             Err(e) => {
                 let _ = std::fs::remove_dir_all(&dir);
                 eprintln!("stallscope agent: segment of PID(s) {pids:?} failed: {e:#}");
-                bump("stallscope_agent_segment_failures", 1.0);
-                std::thread::sleep(Duration::from_secs(1));
+                t.count("stallscope_agent_segment_failures", 1.0);
+                0.0
             }
+        };
+        let wall = since.elapsed().as_secs_f64();
+        t.count(
+            "stallscope_agent_uncovered_seconds",
+            (wall - recorded).max(0.0),
+        );
+        drop(t);
+        if recorded == 0.0 {
+            std::thread::sleep(Duration::from_secs(1));
         }
         last_end = Some(Instant::now());
     }
