@@ -130,6 +130,8 @@ pub struct GpuSeconds {
     pub index: u64,
     pub uuid: String,
     pub name: String,
+    /// The job rank that ran on it (from NCCL or the launcher's `RANK`), when one did.
+    pub rank: Option<u64>,
     pub busy_s: f64,
     /// (state, cause, seconds): idle and waiting, by cause; time no cause explained is
     /// `unattributed`.
@@ -180,6 +182,12 @@ pub fn gpu_seconds(report: &serde_json::Value) -> Vec<GpuSeconds> {
             index: g["index"].as_u64().unwrap_or(0),
             uuid: g["uuid"].as_str().unwrap_or_default().to_owned(),
             name: g["name"].as_str().unwrap_or_default().to_owned(),
+            rank: report["ranks"]["ranks"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|r| r["gpu"] == g["index"] && r["rank"].is_u64())
+                .and_then(|r| r["rank"].as_u64()),
             busy_s: ns(&g["busy_ns"]),
             lost: rows,
         });
@@ -253,5 +261,19 @@ mod tests {
         assert_eq!(row("waiting", "dataloader_cpu"), None);
         let total: f64 = g.busy_s + g.lost.iter().map(|r| r.2).sum::<f64>();
         assert!((total - 11.0).abs() < 1e-9);
+        assert_eq!(g.rank, None);
+    }
+
+    #[test]
+    fn a_gpu_takes_the_rank_that_ran_on_it() {
+        let report = serde_json::json!({
+            "gpus": [{"index": 0}, {"index": 1}, {"index": 2}],
+            "ranks": {"ranks": [
+                {"rank": 5, "gpu": 1, "pid": 10},
+                {"rank": null, "gpu": 2, "pid": 11},
+            ]},
+        });
+        let ranks: Vec<_> = gpu_seconds(&report).iter().map(|g| g.rank).collect();
+        assert_eq!(ranks, [None, Some(5), None]);
     }
 }

@@ -271,6 +271,9 @@ pub fn run(args: RecordArgs) -> anyhow::Result<i32> {
     }
     let rendered = output::render(&path, &args.out);
     eprintln!("stallscope: recording saved to {}", path.display());
+    if rendered.is_ok() {
+        end_stdout();
+    }
     if let Some(h) = unprobe {
         if !h.is_finished() {
             eprintln!("stallscope: removing the CUDA probes (the kernel takes a moment per probe)");
@@ -279,4 +282,18 @@ pub fn run(args: RecordArgs) -> anyhow::Result<i32> {
     }
     rendered?;
     Ok(status)
+}
+
+/// Ends standard output once the report is written, ahead of the exit: a reader (the agent)
+/// then has the whole report while the kernel still takes seconds to remove the probes, and
+/// can start its next recording.
+fn end_stdout() {
+    use std::io::Write as _;
+    let _ = std::io::stdout().flush();
+    let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") else {
+        return;
+    };
+    // SAFETY: dup2 onto descriptor 1 replaces it atomically; Rust's stdout handle writes to
+    // fd 1 by number, so later writes go to /dev/null, never to a closed or reused fd.
+    unsafe { libc::dup2(std::os::fd::AsRawFd::as_raw_fd(&null), libc::STDOUT_FILENO) };
 }

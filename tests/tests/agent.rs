@@ -2,7 +2,8 @@
 //! records stallgen on the simulated GPU: the job's injected cause rises in PromQL, every panel
 //! query of the Grafana dashboard returns data, the cause's flame graph shows the job's
 //! function, a restarted job is picked up again, and a lost NVML is `stallscope_nvml_up 0`,
-//! not an exit.
+//! not an exit. A fleet of eight simulated hosts (network namespaces, each with its own GPU,
+//! agent and rank of one job) is scraped by one Prometheus, whose query names the straggler.
 #[allow(
     dead_code,
     reason = "each test binary uses its own part of the shared helpers"
@@ -127,6 +128,11 @@ struct Prometheus {
 
 impl Prometheus {
     fn start(dir: &Scratch, target: &str) -> Self {
+        Self::scraping(dir, &[target.to_owned()])
+    }
+
+    /// One server scraping every target each second.
+    fn scraping(dir: &Scratch, targets: &[String]) -> Self {
         let bin = find_tool("prometheus").unwrap_or_else(|| {
             panic!("prometheus is missing: apt-get install prometheus, or run `cargo xtask test`")
         });
@@ -135,7 +141,12 @@ impl Prometheus {
             &config,
             format!(
                 "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n\
-                 scrape_configs:\n  - job_name: stallscope\n    static_configs:\n      - targets: ['{target}']\n"
+                 scrape_configs:\n  - job_name: stallscope\n    static_configs:\n      - targets: [{}]\n",
+                targets
+                    .iter()
+                    .map(|t| format!("'{t}'"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
         )
         .unwrap();
@@ -284,4 +295,251 @@ fn a_restarted_job_is_picked_up_again_and_a_lost_nvml_reads_zero() {
     std::thread::sleep(Duration::from_secs(2));
     assert_eq!(scraped(&lost_addr, "stallscope_nvml_up"), Some(0.0));
     assert!(lost.running(), "a lost NVML is not an exit");
+}
+
+/// A simulated host: a network namespace joined to this one by a veth pair, with its own
+/// simulated GPU. Dropping it removes the namespace (and the pair with it).
+struct Host {
+    netns: String,
+    addr: String,
+    sim: Sim,
+}
+
+/// Runs `ip` with `args`, failing the test with its message.
+fn ip(args: &[&str]) {
+    let out =
+        Command::new(find_tool("ip").expect("iproute2's ip is missing: apt-get install iproute2"))
+            .args(args)
+            .output()
+            .expect("running ip");
+    assert!(
+        out.status.success(),
+        "ip {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+impl Host {
+    fn new(h: usize) -> Self {
+        let netns = format!("stallscope-fleet-{}-{h}", std::process::id());
+        let veth = format!("sfl{h}p{}", std::process::id() % 100_000);
+        // Left over by a run that was killed: a namespace of a process that is gone.
+        let _ = Command::new("ip")
+            .args(["netns", "delete", &netns])
+            .output();
+        ip(&["netns", "add", &netns]);
+        ip(&[
+            "link", "add", &veth, "type", "veth", "peer", "name", "eth0", "netns", &netns,
+        ]);
+        let (ours, theirs) = (format!("10.213.{h}.1"), format!("10.213.{h}.2"));
+        ip(&["addr", "add", &format!("{ours}/24"), "dev", &veth]);
+        ip(&["link", "set", &veth, "up"]);
+        let cidr = format!("{theirs}/24");
+        for args in [
+            ["addr", "add", cidr.as_str(), "dev", "eth0"].as_slice(),
+            &["link", "set", "eth0", "up"],
+            &["link", "set", "lo", "up"],
+        ] {
+            let mut full = vec!["-n", netns.as_str()];
+            full.extend_from_slice(args);
+            ip(&full);
+        }
+        Self {
+            netns,
+            addr: format!("{theirs}:9400"),
+            sim: Sim::new(&format!("fleet-{h}")),
+        }
+    }
+
+    /// `program` run inside the host's namespace, on its GPU.
+    fn command(&self, program: &Path) -> Command {
+        let mut c = Command::new(find_tool("ip").expect("ip"));
+        c.args(["netns", "exec", &self.netns])
+            .arg(program)
+            .env("STALLSCOPE_SIMGPU_STATE", &self.sim.state)
+            .env("STALLSCOPE_SIMGPU_DEVICES", "1");
+        c
+    }
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "delete", &self.netns])
+            .output();
+    }
+}
+
+/// Eight hosts, one rank of one job and one agent each; the last rank reads its batches
+/// from a cold disk and the other seven wait for it in the all-reduce. One Prometheus scrapes
+/// the eight agents, and one query, over what they export and nothing of ours in between,
+/// names the straggler's host and rank: the rank that waited least for the others.
+#[test]
+fn one_prometheus_query_names_the_straggler_of_a_fleet_of_eight_hosts() {
+    const HOSTS: usize = 8;
+    let _serial = serial();
+    let dir = Scratch::new("fleet");
+    let hosts: Vec<Host> = (0..HOSTS).map(Host::new).collect();
+    let rendezvous = dir.join("job.rdv");
+    let stallgen = release_dir().join("stallgen");
+    let jobs: Vec<Spawned> = hosts
+        .iter()
+        .enumerate()
+        .map(|(h, host)| {
+            Spawned::start(
+                host.command(&stallgen)
+                    .env("LD_LIBRARY_PATH", &host.sim.libs)
+                    // What torchrun gives each rank, and where the recorder reads it.
+                    .env("RANK", h.to_string())
+                    .env("WORLD_SIZE", HOSTS.to_string())
+                    .env("LOCAL_RANK", "0")
+                    .args([
+                        "--scenario",
+                        "nccl-straggler",
+                        "--ranks",
+                        "1",
+                        "--secs",
+                        "600",
+                    ])
+                    .args([
+                        "--world",
+                        &HOSTS.to_string(),
+                        "--first-rank",
+                        &h.to_string(),
+                    ])
+                    .arg("--rendezvous")
+                    .arg(&rendezvous)
+                    .arg("--data-dir")
+                    .arg(dir.join("data")),
+            )
+        })
+        .collect();
+    for (h, job) in jobs.iter().enumerate() {
+        job.wait_stdout(Duration::from_secs(180), |l| l.starts_with("ready pid="))
+            .unwrap_or_else(|| {
+                panic!(
+                    "host {h}'s rank never became ready:\n{}",
+                    job.stderr_so_far()
+                )
+            });
+    }
+    let stallscope = common::stallscope::bin();
+    let agents: Vec<Spawned> = hosts
+        .iter()
+        .map(|host| {
+            Spawned::start(
+                host.command(&stallscope)
+                    .args(["agent", "--listen", &host.addr, "--segment", "10s"])
+                    .args(["--all-gpu-processes", "--nvml-lib"])
+                    .arg(host.sim.libs.join("libnvidia-ml.so.1")),
+            )
+        })
+        .collect();
+    for (h, agent) in agents.iter().enumerate() {
+        agent
+            .wait_stderr(Duration::from_secs(60), |l| l.contains("serving http://"))
+            .unwrap_or_else(|| panic!("host {h}'s agent never served:\n{}", agent.stderr_so_far()));
+    }
+    let targets: Vec<String> = hosts.iter().map(|h| h.addr.clone()).collect();
+    let prom = Prometheus::scraping(&dir, &targets);
+
+    let agents_health = || {
+        [
+            "stallscope_agent_segments_total",
+            "stallscope_agent_segment_failures_total",
+            "stallscope_agent_recorded_seconds_total",
+            "stallscope_agent_uncovered_seconds_total",
+        ]
+        .map(|m| {
+            format!(
+                "{m}: {:?}",
+                prom.query(m)
+                    .iter()
+                    .map(|r| (r["metric"]["instance"].clone(), r["value"][1].clone()))
+                    .collect::<Vec<_>>()
+            )
+        })
+        .join("\n")
+    };
+    // Every host's rank, as its agent labels its GPU's time.
+    let ranked = r#"count by (instance, rank) (stallscope_gpu_seconds_total{rank!=""})"#;
+    wait_for(
+        "every host's rank in Prometheus",
+        Duration::from_secs(180),
+        || (prom.query(ranked).len() == HOSTS).then_some(()),
+    );
+    // Three segments of every host behind each figure. Eight agents on one machine take
+    // turns at the kernel: it removes uprobes one RCU-tasks grace period at a time under one
+    // mutex (seconds per recorder), and no host's next recorder can attach meanwhile.
+    let since = Instant::now();
+    while prom.query("stallscope_agent_segments_total >= 3").len() < HOSTS {
+        assert!(
+            since.elapsed() < Duration::from_secs(600),
+            "timed out waiting for three segments of every host:\n{}",
+            agents_health()
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    let failures = prom.query("sum(stallscope_agent_segment_failures_total) > 0");
+    assert!(failures.is_empty(), "segments failed:\n{}", agents_health());
+    let share = r#"(
+        sum by (instance, rank) (rate(stallscope_gpu_seconds_total{rank!="", cause="nccl_wait"}[10m]))
+        or 0 * sum by (instance, rank) (rate(stallscope_gpu_seconds_total{rank!=""}[10m]))
+      ) / sum by (instance, rank) (rate(stallscope_gpu_seconds_total{rank!=""}[10m]))"#;
+    let straggler = prom.query(&format!("bottomk(1, {share})"));
+    let shares = prom.query(share);
+    let named = |r: &Value| {
+        (
+            r["metric"]["instance"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+            r["metric"]["rank"].as_str().unwrap_or_default().to_owned(),
+        )
+    };
+    let slow = HOSTS - 1;
+    assert_eq!(
+        straggler.iter().map(named).collect::<Vec<_>>(),
+        [(hosts[slow].addr.clone(), slow.to_string())],
+        "the straggler is host {slow}'s rank {slow}; each rank's share of its GPU time waiting in NCCL: {shares:?}\n{}",
+        agents_health()
+    );
+    // And it is named because the others waited for it: each at least twice as long.
+    let value = |r: &Value| -> f64 {
+        r["value"][1]
+            .as_str()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(f64::NAN)
+    };
+    let theirs = value(&straggler[0]);
+    for r in shares.iter().filter(|r| named(r).1 != slow.to_string()) {
+        assert!(
+            value(r) >= 0.05 && value(r) >= 2.0 * theirs,
+            "rank {:?} waited {:.3} of its GPU time, the straggler {theirs:.3}: {shares:?}",
+            named(r),
+            value(r)
+        );
+    }
+    // What held it up, from the same series.
+    let cause = prom.query(&format!(
+        r#"topk(1, sum by (cause) (rate(stallscope_gpu_seconds_total{{instance="{}", state=~"idle|waiting", cause!~"nccl_wait|unattributed|unknown"}}[10m])))"#,
+        hosts[slow].addr
+    ));
+    assert_eq!(
+        cause.first().map(|r| r["metric"]["cause"].clone()),
+        Some(Value::from("disk")),
+        "{cause:?}"
+    );
+    println!(
+        "fleet: straggler {:?}; shares waiting in NCCL {:?}\n{}",
+        straggler.iter().map(named).collect::<Vec<_>>(),
+        shares
+            .iter()
+            .map(|r| (named(r), value(r)))
+            .collect::<Vec<_>>(),
+        agents_health()
+    );
+    drop(agents);
+    drop(jobs);
 }

@@ -329,10 +329,14 @@ fn ranked(
 ) {
     let _serial = serial();
     let name = format!("{scenario}{}", extra.join(""));
-    let mut r = run_env(scenario, extra, recorder_env, 10, 6);
+    // The job outlives the recording by far more than attaching to eight ranks takes on a
+    // loaded machine: a recording that reached the job's end would see some ranks' last
+    // collectives and not others'.
+    let (job_secs, record_secs) = (16, 6);
+    let mut r = run_env(scenario, extra, recorder_env, job_secs, record_secs);
     if let Err(first) = check(&r) {
         stallscope_tests::reruns::note(&name, &first);
-        r = run_env(scenario, extra, recorder_env, 10, 6);
+        r = run_env(scenario, extra, recorder_env, job_secs, record_secs);
     }
     if let Err(e) = check(&r) {
         panic!("{e}");
@@ -405,6 +409,33 @@ fn truth_of_rank(r: &Run, pid: u64) -> Vec<Value> {
         .collect()
 }
 
+/// What the recording saw of a rank, for a failure's message: its CUDA and NCCL calls, the
+/// events lost, and where the recording lay in the rank's run.
+fn seen_of(r: &Run, pid: u64) -> String {
+    let calls: Vec<String> = r.report["cuda"]["processes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| p["pid"].as_u64() == Some(pid))
+        .flat_map(|p| p["calls"].as_array().cloned().unwrap_or_default())
+        .map(|c| format!("{} ×{}", c["api"].as_str().unwrap_or("?"), c["calls"]))
+        .collect();
+    let truth = truth_of_rank(r, pid);
+    let start = r.report["start_ns"].as_u64().unwrap_or(0) as f64;
+    let end = start + r.report["duration_ns"].as_u64().unwrap_or(0) as f64;
+    let at = |k: &str| truth.first().and_then(|t| t[k].as_u64()).unwrap_or(0) as f64;
+    let since_start = |ns: f64| (ns - at("start_ns")) / NS;
+    format!(
+        "its calls seen: [{}]; {} events lost; the recording ran from {:.2} s to {:.2} s of the \
+         rank's training, which ended at {:.2} s",
+        calls.join(", "),
+        r.report["lost_events"],
+        since_start(start),
+        since_start(end),
+        since_start(at("end_ns")),
+    )
+}
+
 /// Each waiting rank's GPU reads ≥ 90% busy to NVML, as on hardware, and still has ≥ 80% of
 /// its lost time (waiting plus idle) labelled `nccl_wait`, with its waiting near what its truth
 /// leaves of NVML's busy time, found by `signal`; the slow rank is named with `slow_cause`.
@@ -443,8 +474,9 @@ fn straggler_found(r: &Run, slow_cause: &str, signal: &str) -> Result<(), String
         }
         if g["waiting"]["signal"] != signal {
             return Err(format!(
-                "rank PID {pid}: waiting told by {}, want {signal}",
-                g["waiting"]
+                "rank PID {pid}: waiting told by {}, want {signal}; {}",
+                g["waiting"],
+                seen_of(r, *pid)
             ));
         }
         let rank_truth = truth_of_rank(r, *pid);

@@ -1,5 +1,6 @@
 //! Benchmarks. `overhead` measures what attaching stallscope costs a workload, next to peer
 //! tracers on the same workloads, and prints a markdown table with the targets on stdout.
+mod agent_soak;
 mod analyze;
 mod gate;
 mod overhead;
@@ -48,7 +49,7 @@ pub struct BenchArgs {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "stallscope,stallscope-every-launch,stallscope-no-python,bpftrace,runqlat,offcputime"
+        default_value = "stallscope,stallscope-every-launch,stallscope-no-python,agent,bpftrace,runqlat,offcputime"
     )]
     pub tracers: Vec<Tracer>,
     /// CPU that pingpong is pinned to [default: the last CPU], leaving the others to the
@@ -65,7 +66,7 @@ pub struct BenchArgs {
     /// Use the release binaries as they are instead of building them first.
     #[arg(long)]
     pub no_build: bool,
-    /// How long `soak` traces.
+    /// How long `soak` traces (and `agent-soak` runs).
     #[arg(long, default_value_t = 10.0)]
     pub minutes: f64,
     /// Pairs of runs of each kind `gate` compares.
@@ -83,6 +84,9 @@ pub enum Which {
     /// stallscope tracing stallgen's phases and a thread churn for `--minutes`: RSS,
     /// descriptors, kernel map entries and dropped events at the start and at the end.
     Soak,
+    /// `stallscope agent` for `--minutes` while stallgen jobs start and stop under it,
+    /// scraped every 5 s: its peak RSS (≤ 128 MiB) and growth, every job picked up.
+    AgentSoak,
     /// `stallscope diff` over `--pairs` pairs of runs: false alarms between healthy runs, and
     /// regressions of ~5 points of `dataloader_cpu`, `disk` and `pinned_memory_copy` found.
     Gate,
@@ -105,6 +109,12 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
                 crate::build().context("building stallscope (skip with --no-build)")?;
             }
             soak::soak(args.minutes)
+        }
+        Which::AgentSoak => {
+            if !args.no_build {
+                crate::build().context("building stallscope (skip with --no-build)")?;
+            }
+            agent_soak::agent_soak(args.minutes)
         }
         Which::Gate => {
             if !args.no_build {

@@ -192,6 +192,8 @@ fn test(sim_speed: f64, fuzz_minutes: f64, extra: &[String]) -> anyhow::Result<(
         ("useradd", "passwd"),
         // promtool checks and unit-tests the alert rules in deploy/prometheus.
         ("promtool", "prometheus"),
+        // The fleet test's hosts are network namespaces joined by veth pairs.
+        ("ip", "iproute2"),
     ])?;
     // The real PyTorch job of the tests (tests/pyjob/train.py) runs in this virtualenv.
     let torch = setup::ensure_torch()?;

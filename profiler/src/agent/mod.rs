@@ -23,6 +23,30 @@ use profiler_core::exposition::{Exposition, gpu_seconds};
 
 use crate::{capture::gpu, cli::AgentArgs, privileges};
 
+/// Tells the segments to stop, and which recorder is running now (0: none), so that a
+/// stopping agent can end it and reap it: its CPU time then counts in the agent's own.
+#[derive(Default)]
+struct Stop {
+    asked: std::sync::atomic::AtomicBool,
+    recorder: std::sync::atomic::AtomicU32,
+    /// Waiting for recorders that gave their report and are removing their probes.
+    reapers: Mutex<Vec<std::thread::JoinHandle<()>>>,
+}
+
+impl Stop {
+    fn asked(&self) -> bool {
+        self.asked.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Sleeps `d`, or less when stopping.
+    fn sleep(&self, d: Duration) {
+        let until = Instant::now() + d;
+        while !self.asked() && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
 /// What the segments have added up so far.
 #[derive(Default)]
 struct Totals {
@@ -44,13 +68,15 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
     }
     let scratch = std::env::temp_dir().join(format!("stallscope-agent-{}", std::process::id()));
     std::fs::create_dir_all(&scratch)?;
+    let stop = Arc::new(Stop::default());
     let recorder = {
         let totals = totals.clone();
         let args = args.clone();
         let scratch = scratch.clone();
+        let stop = stop.clone();
         std::thread::Builder::new()
             .name("segments".into())
-            .spawn(move || segments(&args, &totals, &scratch))?
+            .spawn(move || segments(&args, &totals, &scratch, &stop))?
     };
     let lib = gpu::nvml_path(args.nvml_lib.clone());
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -84,8 +110,18 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
         gauges::own(&mut e);
         e.render()
     }));
+    stop.asked.store(true, std::sync::atomic::Ordering::Release);
+    let pid = stop.recorder.load(std::sync::atomic::Ordering::Acquire);
+    if pid != 0 {
+        // SAFETY: kill has no memory effects; the PID is our child, not yet reaped.
+        unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
+    }
+    let _ = recorder.join();
+    let reapers = std::mem::take(&mut *stop.reapers.lock().unwrap_or_else(|p| p.into_inner()));
+    for r in reapers {
+        let _ = r.join();
+    }
     let _ = std::fs::remove_dir_all(&scratch);
-    drop(recorder);
     served.map(|()| 0)
 }
 
@@ -153,14 +189,19 @@ impl Totals {
     fn add_report(&mut self, report: &serde_json::Value) -> f64 {
         for g in gpu_seconds(report) {
             let gpu = g.index.to_string();
+            // A fleet's queries name a job's ranks across hosts by this label.
+            let rank = g.rank.map(|r| r.to_string()).unwrap_or_default();
             let busy = ("busy", String::new(), g.busy_s);
             for (state, cause, s) in std::iter::once(&busy).chain(&g.lost) {
-                let l = [
+                let mut l = vec![
                     ("gpu", gpu.as_str()),
                     ("UUID", g.uuid.as_str()),
                     ("state", state),
                     ("cause", cause.as_str()),
                 ];
+                if !rank.is_empty() {
+                    l.push(("rank", rank.as_str()));
+                }
                 self.counters.add(GPU_SECONDS, GPU_SECONDS_HELP, &l, *s);
             }
         }
@@ -187,16 +228,16 @@ impl Totals {
     }
 }
 
-fn segments(args: &AgentArgs, totals: &Mutex<Totals>, scratch: &std::path::Path) {
+fn segments(args: &AgentArgs, totals: &Mutex<Totals>, scratch: &std::path::Path, stop: &Stop) {
     let lock = || totals.lock().unwrap_or_else(|p| p.into_inner());
     let mut last_end: Option<Instant> = None;
     let mut count = 0u64;
-    loop {
+    while !stop.asked() {
         let pids = targets(args);
         lock().targets = pids.len();
         if pids.is_empty() {
             last_end = None;
-            std::thread::sleep(Duration::from_secs(1));
+            stop.sleep(Duration::from_secs(1));
             continue;
         }
         let started = Instant::now();
@@ -204,7 +245,11 @@ fn segments(args: &AgentArgs, totals: &Mutex<Totals>, scratch: &std::path::Path)
         let since = last_end.unwrap_or(started);
         count += 1;
         let dir = scratch.join(format!("segment-{count}"));
-        let result = segment(args, &pids, &dir);
+        stop.reapers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|r| !r.is_finished());
+        let result = segment(args, &pids, &dir, stop);
         let mut t = lock();
         let recorded = match result {
             Ok(report) => {
@@ -231,7 +276,7 @@ fn segments(args: &AgentArgs, totals: &Mutex<Totals>, scratch: &std::path::Path)
         );
         drop(t);
         if recorded == 0.0 {
-            std::thread::sleep(Duration::from_secs(1));
+            stop.sleep(Duration::from_secs(1));
         }
         last_end = Some(Instant::now());
     }
@@ -243,6 +288,7 @@ fn segment(
     args: &AgentArgs,
     pids: &[u32],
     dir: &std::path::Path,
+    stop: &Stop,
 ) -> anyhow::Result<serde_json::Value> {
     std::fs::create_dir_all(dir)?;
     let file: PathBuf = dir.join("segment.rec");
@@ -261,19 +307,60 @@ fn segment(
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
+    // An agent that is killed must not leave its recorder tracing on: the kernel ends it
+    // with the thread that started it (this one lives as long as the agent).
+    // SAFETY: prctl is async-signal-safe and touches no memory of the parent's.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM as libc::c_ulong) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
     if let Some(lib) = &args.nvml_lib {
         cmd.arg("--nvml-lib").arg(lib);
     }
     for p in pids {
         cmd.args(["--pid", &p.to_string()]);
     }
-    let out = cmd.output()?;
+    let mut child = cmd.spawn()?;
+    stop.recorder
+        .store(child.id(), std::sync::atomic::Ordering::Release);
+    if stop.asked() {
+        // SAFETY: as in `run`: our child, not yet reaped.
+        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    }
+    let stderr = child.stderr.take().map(|mut e| {
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = std::io::Read::read_to_string(&mut e, &mut text);
+            text
+        })
+    });
+    // The recorder ends its stdout with the report, seconds before it exits (the kernel
+    // removes its probes one grace period at a time): the next segment starts meanwhile.
+    let mut stdout = Vec::new();
+    if let Some(mut o) = child.stdout.take() {
+        std::io::Read::read_to_end(&mut o, &mut stdout)?;
+    }
+    stop.recorder.store(0, std::sync::atomic::Ordering::Release);
     let _ = std::fs::remove_file(&file);
-    anyhow::ensure!(
-        out.status.success() || !out.stdout.is_empty(),
-        "the recorder exited with {}: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr).trim()
-    );
-    Ok(serde_json::from_slice(&out.stdout)?)
+    if let Ok(report) = serde_json::from_slice::<serde_json::Value>(&stdout) {
+        let reaper = std::thread::spawn(move || {
+            let _ = child.wait();
+            drop(stderr.map(std::thread::JoinHandle::join));
+        });
+        stop.reapers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(reaper);
+        return Ok(report);
+    }
+    let status = child.wait()?;
+    let stderr = stderr.and_then(|h| h.join().ok()).unwrap_or_default();
+    anyhow::bail!(
+        "the recorder exited with {status} without a report: {}",
+        stderr.trim()
+    )
 }

@@ -9,8 +9,10 @@ use crate::{
     scenario::{DEFAULT_PHASES, Overrides, Scenario, Schedule},
 };
 
-/// Most ranks: one simulated GPU each.
+/// Most ranks in one stallgen process: one simulated GPU each.
 pub const MAX_RANKS: usize = 8;
+/// Most ranks in a job spread over several (the simulated NCCL's limit).
+pub const MAX_WORLD: usize = 64;
 /// How many times longer the throttled GPU of `gpu-straggler` runs each kernel by default.
 pub const DEFAULT_THROTTLE: f64 = 3.0;
 /// The simulated GPU's throttle setting: `<gpu>:<factor>` items, comma-separated, read by the
@@ -77,11 +79,23 @@ pub struct Cli {
     /// pcie-degraded).
     #[arg(long)]
     pub pin_memory: bool,
-    /// Data-parallel rank processes, children of this one, each on its own GPU (rank r on
+    /// Data-parallel rank processes, children of this one, each on its own GPU (the r-th on
     /// device r), all-reducing their gradients with NCCL every step as DDP does [default: 2
     /// in nccl-straggler and gpu-straggler, else a single process without NCCL].
     #[arg(long)]
     pub ranks: Option<usize>,
+    /// Ranks in the whole job when its ranks are spread over several stallgen processes (one
+    /// per host, as torchrun runs one agent per node): this one runs `--ranks` of them, from
+    /// `--first-rank` on, on its own GPUs 0.. [default: --ranks].
+    #[arg(long)]
+    pub world: Option<usize>,
+    /// The job-wide rank of this process's first rank, with `--world`.
+    #[arg(long, default_value_t = 0)]
+    pub first_rank: usize,
+    /// The file the stallgen processes of one job share (the NCCL id, when to stop): needed
+    /// with `--world`, new for each job.
+    #[arg(long)]
+    pub rendezvous: Option<PathBuf>,
     /// The rank that takes the scenario's slow behaviour while the others stay healthy (and
     /// wait for it in the all-reduce) [default: the last in nccl-straggler and
     /// gpu-straggler, else none: every rank runs the scenario].
@@ -115,6 +129,11 @@ pub struct Plan {
     pub pcie_link: Option<&'static str>,
     /// Rank processes; `None` runs the job in this process, without NCCL.
     pub ranks: Option<usize>,
+    /// The job's ranks, over every stallgen process of it.
+    pub world: usize,
+    /// The job-wide rank of this process's first rank.
+    pub first_rank: usize,
+    /// The job-wide rank that is slow.
     pub slow_rank: Option<usize>,
     /// Gradient buckets per step (with ranks).
     pub buckets: usize,
@@ -189,13 +208,41 @@ impl Cli {
         {
             bail!("--ranks must be in 1..={MAX_RANKS} (one simulated GPU per rank)");
         }
+        let world = match (self.world, ranks) {
+            (Some(_), None) => bail!("--world needs --ranks"),
+            (Some(w), Some(n)) if self.first_rank + n > w => bail!(
+                "--first-rank {} and --ranks {n} go past the {w} ranks of --world",
+                self.first_rank
+            ),
+            (Some(w), Some(_)) if w > MAX_WORLD => bail!("--world must be at most {MAX_WORLD}"),
+            (Some(w), Some(_)) => w,
+            (None, n) => n.unwrap_or(0),
+        };
+        if self.first_rank > 0 && self.world.is_none() {
+            bail!("--first-rank needs --world");
+        }
+        match (&self.rendezvous, self.world) {
+            (None, Some(w)) if ranks != Some(w) => {
+                bail!(
+                    "--world spreads the job over several processes: give them a --rendezvous file"
+                )
+            }
+            (Some(_), None) => bail!("--rendezvous needs --world"),
+            _ => {}
+        }
         let slow_rank = match (self.slow_rank, ranks) {
             (Some(_), None) => bail!("--slow-rank needs --ranks"),
-            (Some(r), Some(n)) if r >= n => bail!("--slow-rank {r} is not one of the {n} ranks"),
+            (Some(r), Some(_)) if r >= world => {
+                bail!("--slow-rank {r} is not one of the {world} ranks")
+            }
             (Some(r), Some(_)) => Some(r),
-            (None, Some(n)) if self.scenario.has_straggler() => Some(n - 1),
+            (None, Some(_)) if self.scenario.has_straggler() => Some(world - 1),
             (None, _) => None,
         };
+        // The slow rank's GPU, if it runs here: this process's ranks use its GPUs 0...
+        let slow_gpu = slow_rank
+            .and_then(|r| r.checked_sub(self.first_rank))
+            .filter(|&g| ranks.is_some_and(|n| g < n));
         let buckets = match (self.buckets, ranks) {
             (Some(_), None) => bail!("--buckets needs --ranks"),
             (Some(b), Some(_)) if !(1..=MAX_BUCKETS).contains(&b) => {
@@ -209,7 +256,7 @@ impl Cli {
             (Some(f), true) if !(f >= 1.0 && f.is_finite()) => {
                 bail!("--throttle must be a finite factor of at least 1")
             }
-            (f, true) => slow_rank.map(|gpu| Throttle {
+            (f, true) => slow_gpu.map(|gpu| Throttle {
                 gpu,
                 factor: f.unwrap_or(DEFAULT_THROTTLE),
             }),
@@ -220,6 +267,8 @@ impl Cli {
             pin_memory: self.pin_memory || scenarios.iter().any(|s| s.pin_memory()),
             pcie_link: scenarios.iter().find_map(|s| s.pcie_link()),
             ranks,
+            world,
+            first_rank: self.first_rank,
             slow_rank,
             buckets,
             throttle,

@@ -140,8 +140,11 @@ impl StepPlan {
 #[derive(Clone, Copy)]
 pub struct Seat<'a> {
     pub ctl: &'a Control,
+    /// Its rank in the job, of `ranks`.
     pub rank: usize,
     pub ranks: usize,
+    /// This host's GPU it runs on.
+    pub gpu: usize,
     pub buckets: usize,
     /// How many times longer than asked the rank's GPU runs kernels (throttled), so that the
     /// busy time it reports is what NVML sees.

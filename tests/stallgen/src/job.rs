@@ -138,7 +138,7 @@ pub fn run(job: Job<'_>, truth: &mut Truth, out: &mut Out) -> Result<()> {
         children.0.push(pid);
     }
 
-    let ordinal = job.seat.map_or(0, |s| s.rank);
+    let ordinal = job.seat.map_or(0, |s| s.gpu);
     let gpu = Gpu::init(Driver::load()?, shared.batch_bytes, ordinal)?;
     let ddp = job
         .seat

@@ -1,5 +1,7 @@
 //! A data-parallel run: the stallgen process forks one process per rank (so tracing its tree
-//! covers them all), each a whole training job on its own GPU, and relays what they report:
+//! covers them all), each a whole training job on its own GPU, and relays what they report
+//! (with `--world`, these are some of a job's ranks, the others run by stallgen processes on
+//! other simulated hosts):
 //! one `rank <r> pid=<pid> workers=<pids>` line per rank and then `ready pid=<own pid>
 //! workers=<all>` once every rank has trained a step, the ranks' truth lines, and rank 0's
 //! totals at the end.
@@ -68,18 +70,23 @@ impl Heard {
 pub fn run(cli: &Cli, plan: &Plan, cpus: usize, ranks: usize) -> Result<()> {
     let mut truth = Truth::create(cli.truth.as_deref())
         .with_context(|| format!("creating the truth file {:?}", cli.truth))?;
+    // Rank `plan.first_rank + r` of the job runs on this host's GPU r.
     let schedules = (0..ranks)
-        .map(|r| cli.rank_schedule(cpus, plan, r))
+        .map(|r| cli.rank_schedule(cpus, plan, plan.first_rank + r))
         .collect::<Result<Vec<_>>>()?;
     let uses_disk = schedules.iter().any(|s| s.uses_disk());
     let dataset = job::dataset(cli.data_dir.as_deref(), uses_disk)?;
-    let ctl = Control::new().context("mapping the ranks' control block")?;
+    let ctl = match &cli.rendezvous {
+        Some(path) => Control::open(path, plan.first_rank == 0)?,
+        None => Control::new().context("mapping the ranks' control block")?,
+    };
     // The throttle in force (ours, or the environment's), so that a throttled rank reports
     // the busy time NVML sees.
     let throttle = std::env::var(THROTTLE_ENV).ok();
     let mut children = Children(Vec::new());
     let mut heard: Vec<Heard> = Vec::with_capacity(ranks);
-    for (rank, schedule) in schedules.into_iter().enumerate() {
+    for (gpu, schedule) in schedules.into_iter().enumerate() {
+        let rank = plan.first_rank + gpu;
         let (pipe, to_parent) = sys::pipe()?;
         // The rank must not hold the other ranks' pipes, or the parent would never see their
         // end of file.
@@ -95,9 +102,10 @@ pub fn run(cli: &Cli, plan: &Plan, cpus: usize, ranks: usize) -> Result<()> {
             seat: Some(Seat {
                 ctl: &ctl,
                 rank,
-                ranks,
+                ranks: plan.world,
+                gpu,
                 buckets: plan.buckets,
-                busy_scale: Throttle::factor_of(throttle.as_deref(), rank),
+                busy_scale: Throttle::factor_of(throttle.as_deref(), gpu),
             }),
         };
         let waits = plan.slow_rank.is_some_and(|slow| slow != rank);
@@ -145,7 +153,7 @@ pub fn run(cli: &Cli, plan: &Plan, cpus: usize, ranks: usize) -> Result<()> {
             );
         }
         if !announced && heard.iter().all(|h| h.workers.is_some()) {
-            announce(&heard)?;
+            announce(&heard, plan.first_rank)?;
             announced = true;
         }
     }
@@ -204,10 +212,10 @@ fn listen(heard: &mut [Heard]) -> Result<()> {
 }
 
 /// The ranks' lines, then the run's `ready` line.
-fn announce(heard: &[Heard]) -> Result<()> {
+fn announce(heard: &[Heard], first_rank: usize) -> Result<()> {
     let mut out = io::stdout().lock();
     let mut all = Vec::new();
-    for (rank, h) in heard.iter().enumerate() {
+    for (rank, h) in (first_rank..).zip(heard) {
         let workers = h.workers.as_deref().unwrap_or_default();
         writeln!(out, "rank {rank} pid={} workers={workers}", h.pid)?;
         all.extend(workers.split(',').filter(|w| !w.is_empty()));

@@ -1,6 +1,9 @@
-//! What the ranks of a data-parallel run share: a control block the parent maps before it
-//! forks them (the NCCL unique id travels through it, and the step at which everyone stops),
-//! and each rank's gradient all-reduces (see `ddp` for when a step makes them).
+//! What the ranks of a data-parallel run share: a control block (the NCCL unique id travels
+//! through it, and the step at which everyone stops), and each rank's gradient all-reduces
+//! (see `ddp` for when a step makes them). The block is anonymous memory the parent maps
+//! before it forks its ranks, or, when the job's ranks are spread over several stallgen
+//! processes (one per simulated host, as torchrun runs one agent per node), a file they all
+//! map: `--rendezvous`.
 use std::{
     sync::atomic::{AtomicU32, AtomicU64, Ordering},
     time::{Duration, Instant},
@@ -21,7 +24,7 @@ pub const GRAD_BYTES: usize = 32 << 20;
 /// How long a rank waits for rank 0's unique id.
 const ID_WAIT: Duration = Duration::from_secs(60);
 
-/// The control block, in anonymous shared memory mapped before the ranks fork.
+/// The control block, in shared memory mapped before the ranks fork.
 pub struct Control {
     mem: sys::SharedMem,
 }
@@ -29,14 +32,32 @@ pub struct Control {
 /// Byte offsets in the control block.
 const ID_AT: usize = 0;
 const ID_READY_AT: usize = 128;
-const LAST_STEP_AT: usize = 136;
+const STEP_LIMIT_AT: usize = 136;
 
 impl Control {
+    const BYTES: usize = 4096;
+
     pub fn new() -> std::io::Result<Self> {
+        Ok(Self {
+            mem: sys::SharedMem::new(Self::BYTES)?,
+        })
+    }
+
+    /// The block in `path`, shared by the stallgen processes of one job. Zeros are a fresh
+    /// block, so whichever process comes first makes it; the one holding rank 0 refuses a
+    /// block that already carries an id, an earlier job's.
+    pub fn open(path: &std::path::Path, holds_rank0: bool) -> Result<Self> {
         let c = Self {
-            mem: sys::SharedMem::new(4096)?,
+            mem: sys::SharedMem::of_file(path, Self::BYTES).map_err(|e| {
+                anyhow::anyhow!("mapping the rendezvous file {}: {e}", path.display())
+            })?,
         };
-        c.last_step().store(u64::MAX, Ordering::Release);
+        if holds_rank0 && c.id_ready().load(Ordering::Acquire) != 0 {
+            bail!(
+                "the rendezvous file {} holds an earlier job's NCCL id: remove it, or name a new one",
+                path.display()
+            );
+        }
         Ok(c)
     }
 
@@ -45,10 +66,10 @@ impl Control {
         unsafe { &*self.mem.as_ptr().add(ID_READY_AT).cast::<AtomicU32>() }
     }
 
-    /// The last training step every rank runs; `u64::MAX` until rank 0 decides.
-    fn last_step(&self) -> &AtomicU64 {
+    /// One past the last training step every rank runs; 0 until rank 0 decides.
+    fn step_limit(&self) -> &AtomicU64 {
         // SAFETY: as for `id_ready`.
-        unsafe { &*self.mem.as_ptr().add(LAST_STEP_AT).cast::<AtomicU64>() }
+        unsafe { &*self.mem.as_ptr().add(STEP_LIMIT_AT).cast::<AtomicU64>() }
     }
 
     /// Rank 0 publishes the communicator's id.
@@ -135,11 +156,14 @@ impl<'a> Ring<'a> {
     /// it, after its decision at step k. A rank therefore always sees a decision rank 0 took
     /// at step k (or earlier) when it asks about step k + 1.
     pub fn runs_step(&self, k: u64, time_is_up: bool) -> bool {
-        let last = self.ctl.last_step();
-        if self.rank == 0 && time_is_up {
-            last.fetch_min(k, Ordering::AcqRel);
+        let limit = self.ctl.step_limit();
+        if self.rank == 0 && time_is_up && limit.load(Ordering::Acquire) == 0 {
+            limit.store(k + 1, Ordering::Release);
         }
-        k <= last.load(Ordering::Acquire)
+        match limit.load(Ordering::Acquire) {
+            0 => true,
+            limit => k < limit,
+        }
     }
 
     /// Leaves the communicator.
@@ -164,6 +188,23 @@ mod tests {
         c.publish_id(&id);
         let got = c.wait_id().unwrap();
         assert_eq!((got.0[0], got.0[127]), (7, 9));
-        assert_eq!(c.last_step().load(Ordering::Acquire), u64::MAX);
+        assert_eq!(c.step_limit().load(Ordering::Acquire), 0);
+    }
+
+    #[test]
+    fn launchers_share_the_block_through_the_rendezvous_file() {
+        let path = std::env::temp_dir().join(format!("stallgen-rdv-test-{}", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let other = Control::open(&path, false).unwrap();
+        let first = Control::open(&path, true).unwrap();
+        let mut id = UniqueId([0; 128]);
+        id.0[5] = 42;
+        first.publish_id(&id);
+        assert_eq!(other.wait_id().unwrap().0[5], 42);
+        let err = Control::open(&path, true)
+            .err()
+            .expect("a used block is refused");
+        assert!(err.to_string().contains("earlier job"), "{err}");
+        std::fs::remove_file(&path).unwrap();
     }
 }

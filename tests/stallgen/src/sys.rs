@@ -221,6 +221,39 @@ impl SharedMem {
         Ok(Self { ptr, len })
     }
 
+    /// `len` bytes of `path`, shared with every process that maps the same file (made, and
+    /// grown to `len` with zeros, if need be).
+    pub fn of_file(path: &std::path::Path, len: usize) -> io::Result<Self> {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(path)?;
+        if file.metadata()?.len() < len as u64 {
+            file.set_len(len as u64)?;
+        }
+        // SAFETY: a new mapping of a file of at least `len` bytes; the mapping keeps no
+        // reference to the descriptor, which may close after.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                std::os::fd::AsRawFd::as_raw_fd(&file),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let ptr = NonNull::new(p.cast::<u8>()).ok_or_else(|| io::Error::other("mmap gave null"))?;
+        Ok(Self { ptr, len })
+    }
+
     pub fn as_ptr(&self) -> *mut u8 {
         self.ptr.as_ptr()
     }

@@ -61,8 +61,11 @@ impl Workload {
         match (self, t) {
             (Self::W4, Tracer::None | Tracer::Stallscope | Tracer::StallscopeEveryLaunch) => true,
             (Self::W5, Tracer::None | Tracer::Stallscope | Tracer::StallscopeNoPython) => true,
+            (Self::W1 | Self::W3, Tracer::Agent) => true,
             (Self::W4 | Self::W5, _)
-            | (_, Tracer::StallscopeEveryLaunch | Tracer::StallscopeNoPython) => false,
+            | (_, Tracer::StallscopeEveryLaunch | Tracer::StallscopeNoPython | Tracer::Agent) => {
+                false
+            }
             _ => true,
         }
     }
@@ -108,7 +111,8 @@ impl Config {
             Tracer::None
             | Tracer::Stallscope
             | Tracer::StallscopeEveryLaunch
-            | Tracer::StallscopeNoPython => {
+            | Tracer::StallscopeNoPython
+            | Tracer::Agent => {
                 return Ok(&self.stallscope);
             }
             Tracer::Bpftrace => &self.peers.bpftrace,

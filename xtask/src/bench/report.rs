@@ -335,6 +335,15 @@ fn targets(cfg: &Config, records: &[RunRecord]) {
             fmt(r)
         );
     }
+    // The agent is held to `record`'s targets on the workloads it runs on.
+    for (w, target) in [(Workload::W1, 0.85), (Workload::W3, 0.97)] {
+        let r = ratio(w, Tracer::Agent);
+        println!(
+            "- {} {w:?} stallscope agent ratio ≥ {target} (record's target): {}",
+            verdict(r.map(|r| r.0 >= target)),
+            fmt(r)
+        );
+    }
     // Launch probes: the windowed default against probes on every launch. The feeder is
     // one thread that does nothing but launch, so the time a probe adds to each launch is
     // the difference of the inverse rates.

@@ -21,6 +21,9 @@ pub enum Tracer {
     StallscopeEveryLaunch,
     /// stallscope without the Python frames (`--no-python`): what reading them costs.
     StallscopeNoPython,
+    /// `stallscope agent --pid`, recording in segments of a third of the window: every run
+    /// then includes segment turnovers (a new recorder attaching), the agent's worst case.
+    Agent,
     Bpftrace,
     Runqlat,
     Offcputime,
@@ -40,6 +43,7 @@ impl Tracer {
             Self::Stallscope => "stallscope",
             Self::StallscopeEveryLaunch => "stallscope --launch-duty 100",
             Self::StallscopeNoPython => "stallscope --no-python",
+            Self::Agent => "stallscope agent",
             Self::Bpftrace => "bpftrace",
             Self::Runqlat => "runqlat",
             Self::Offcputime => "offcputime",
@@ -121,6 +125,18 @@ pub fn attach(
                 .arg(dir.join("flamegraphs"));
             Some("stallscope: tracing")
         }
+        Tracer::Agent => {
+            cmd.args([
+                "agent",
+                "--listen",
+                "127.0.0.1:0",
+                "--pid",
+                &pid_s,
+                "--segment",
+            ])
+            .arg(format!("{}ms", (secs * 1000 / 3).max(1000)));
+            None
+        }
         Tracer::Bpftrace => {
             cmd.args(["-B", "line", "-e", BPFTRACE_SCRIPT]);
             Some("bench: attached")
@@ -136,7 +152,9 @@ pub fn attach(
     let limit = Duration::from_secs(30);
     let attached = match marker {
         Some(m) => proc.wait_line(limit, |l| l.contains(m)).is_some(),
-        None => wait_for_links(&mut proc, limit),
+        // The agent's recorder is its child of the moment.
+        None if t == Tracer::Agent => wait_for_links(&mut proc, limit, children_links),
+        None => wait_for_links(&mut proc, limit, proc::bpf_attachments),
     };
     if !attached {
         let (exit, out, err) = proc.stop(Duration::ZERO, Duration::from_secs(5));
@@ -157,14 +175,14 @@ pub fn attach(
 
 /// A libbpf tool attaches all its programs in one go: wait for its link fds to appear and
 /// then stay unchanged for a moment.
-fn wait_for_links(proc: &mut Proc, limit: Duration) -> bool {
+fn wait_for_links(proc: &mut Proc, limit: Duration, links: fn(u32) -> usize) -> bool {
     let deadline = Instant::now() + limit;
     let (mut last, mut stable_since) = (0, Instant::now());
     while Instant::now() < deadline {
         if proc.wait_exit(Duration::ZERO).is_some() {
             return false;
         }
-        let n = proc::bpf_attachments(proc.pid());
+        let n = links(proc.pid());
         if n != last {
             (last, stable_since) = (n, Instant::now());
         } else if n > 0 && stable_since.elapsed() >= Duration::from_millis(250) {
@@ -173,6 +191,16 @@ fn wait_for_links(proc: &mut Proc, limit: Duration) -> bool {
         std::thread::sleep(Duration::from_millis(20));
     }
     false
+}
+
+/// The BPF links and perf events held by `pid`'s children.
+fn children_links(pid: u32) -> usize {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|c| c.parse().ok())
+        .map(proc::bpf_attachments)
+        .sum()
 }
 
 /// Stops the tracer (letting it end by itself within `grace`) and collects its cost.
