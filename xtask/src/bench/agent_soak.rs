@@ -13,7 +13,10 @@ use std::{
 
 use anyhow::{Context as _, bail};
 
-use super::proc::Proc;
+use super::{
+    proc::{Proc, children},
+    soak::status_kib,
+};
 use crate::release_bin;
 
 const EVERY: Duration = Duration::from_secs(5);
@@ -27,24 +30,6 @@ const RSS_BOUND_MIB: f64 = 128.0;
 /// Growth allowed from the first sample after a minute to the last: start-up is not growth.
 const RSS_GROWTH_MIB: f64 = 16.0;
 const WARMUP: Duration = Duration::from_secs(60);
-
-fn status_kib(pid: u32, field: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix(field))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0)
-}
-
-/// The agent's children: its recorder of the current segment.
-fn children(pid: u32) -> Vec<u32> {
-    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
-        .unwrap_or_default()
-        .split_whitespace()
-        .filter_map(|p| p.parse().ok())
-        .collect()
-}
 
 fn scrape(addr: &str) -> Option<String> {
     let mut s = TcpStream::connect(addr).ok()?;

@@ -228,3 +228,19 @@ pub fn tail(text: &str) -> String {
         joined
     }
 }
+
+/// The live children of `pid`. Each thread lists the children it started, so all its
+/// threads are read (the agent's recorders are its segment thread's).
+pub fn children(pid: u32) -> Vec<u32> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+        .flat_map(|c| {
+            c.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<u32>>()
+        })
+        .collect()
+}

@@ -22,7 +22,10 @@ pub fn foreign_tracers() -> Vec<String> {
     };
     dir.flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|&pid| pid != me && parent(pid) != Some(me))
+        // Ours: the tracers we started, and their children (the agent's recorders).
+        .filter(|&pid| {
+            pid != me && parent(pid) != Some(me) && parent(pid).and_then(parent) != Some(me)
+        })
         .filter(|&pid| super::proc::bpf_attachments(pid) > 0)
         .map(|pid| {
             let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
@@ -48,6 +51,20 @@ fn process_ticks(pid: &str) -> u64 {
         let n = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
         n(11) + n(12)
     })
+}
+
+/// CPU ticks of a tracer with the processes it starts (the agent's recorders): its own,
+/// those of the children it reaped (cutime + cstime), and those of its live children.
+fn tracer_ticks(pid: &str) -> u64 {
+    let reaped = stat_fields(pid).map_or(0, |f| {
+        let n = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        n(13) + n(14)
+    });
+    let live: u64 = super::proc::children(pid.parse().unwrap_or(0))
+        .into_iter()
+        .map(|c| tracer_ticks(&c.to_string()))
+        .sum();
+    process_ticks(pid) + reaped + live
 }
 
 /// Busy clock ticks over all CPUs (user, nice, system, irq, softirq and steal: time taken
@@ -111,7 +128,7 @@ impl Watch {
             }
             seen
         });
-        let tracer = tracer_pid.map(|p| (p.to_string(), process_ticks(&p.to_string())));
+        let tracer = tracer_pid.map(|p| (p.to_string(), tracer_ticks(&p.to_string())));
         Self {
             started: Instant::now(),
             busy0: busy_ticks(),
@@ -129,7 +146,7 @@ impl Watch {
         let busy = busy_ticks().saturating_sub(self.busy0) as f64 / hz;
         let mine = process_ticks("self").saturating_sub(self.self0) as f64 / hz;
         let tracer = self.tracer.as_ref().map_or(0.0, |(pid, t0)| {
-            process_ticks(pid).saturating_sub(*t0) as f64 / hz
+            tracer_ticks(pid).saturating_sub(*t0) as f64 / hz
         });
         let secs = self.started.elapsed().as_secs_f64();
         let foreign_cpus = (busy - mine - tracer - workload_cpu_s) / secs;

@@ -43,7 +43,7 @@ struct Sample {
     recording_bytes: u64,
 }
 
-fn status_kib(pid: u32, field: &str) -> u64 {
+pub(super) fn status_kib(pid: u32, field: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .unwrap_or_default()
         .lines()

@@ -195,10 +195,8 @@ fn wait_for_links(proc: &mut Proc, limit: Duration, links: fn(u32) -> usize) -> 
 
 /// The BPF links and perf events held by `pid`'s children.
 fn children_links(pid: u32) -> usize {
-    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
-        .unwrap_or_default()
-        .split_whitespace()
-        .filter_map(|c| c.parse().ok())
+    proc::children(pid)
+        .into_iter()
         .map(proc::bpf_attachments)
         .sum()
 }
