@@ -27,6 +27,8 @@ const NS: f64 = 1e9;
 struct Run {
     report: Value,
     truth: Vec<Value>,
+    /// GPU 0's idle share over the recording, by the simulated device's own accounting.
+    device_idle: Result<f64, String>,
     pid: u32,
     libs: PathBuf,
 }
@@ -96,6 +98,9 @@ fn run_env(
     )
     .finish(RECORD_TIMEOUT + Duration::from_secs(u64::from(record_secs)));
     assert_success(&f, &format!("record of stallgen --scenario {scenario}"));
+    let report = parse_report(&f.stdout);
+    let start = report["start_ns"].as_u64().unwrap_or(0);
+    let device_idle = sim.device_idle(start, start + report["duration_ns"].as_u64().unwrap_or(0));
     let _ = job.finish(Duration::from_secs(u64::from(job_secs) + 30));
     let truth = std::fs::read_to_string(&truth_path)
         .unwrap_or_default()
@@ -103,8 +108,9 @@ fn run_env(
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect();
     Run {
-        report: parse_report(&f.stdout),
+        report,
         truth,
+        device_idle,
         pid,
         libs: sim.libs.clone(),
     }
@@ -525,30 +531,64 @@ fn straggler_found(r: &Run, slow_cause: &str, signal: &str) -> Result<(), String
     Ok(())
 }
 
+/// Below this much idle time, no cause can reach the verdict's threshold
+/// (the attribution's `MODERATE_SHARE`, 10% of GPU time), whatever it is labelled: a run of
+/// the healthy job that idled more (on a loaded machine its spinning sync returns late) is not
+/// a test of "no verdict for a healthy job".
+const HEALTHY_AT_MOST: f64 = 0.08;
+/// NVML's idle share against the device's own over the same window: they differ only by the
+/// partial sample periods at either end.
+const DEVICE_AGREEMENT: f64 = 0.03;
+
 #[test]
 fn healthy_job_idles_little_and_gets_no_verdict() {
     let _serial = serial();
-    let r = run("healthy", 10, 6);
+    let mut r = run("healthy", 10, 6);
+    // The device's own account, over the recorded window, says whether the run was healthy;
+    // one more run is allowed when the machine made it otherwise, and xtask reports it.
+    if let Err(first) = healthy(&r) {
+        stallscope_tests::reruns::note("healthy", &first);
+        r = run("healthy", 10, 6);
+    }
+    if let Err(e) = healthy(&r) {
+        panic!("{e}");
+    }
+}
+
+/// The checks of one healthy run.
+fn healthy(r: &Run) -> Result<(), String> {
     let g = gpu(&r.report);
-    let idle = g["idle_ns"].as_u64().unwrap() as f64 / g["observed_ns"].as_u64().unwrap() as f64;
-    let expected = truth_idle(&r.truth).unwrap_or_else(|e| panic!("{e}"));
-    assert!(
-        expected < 0.05,
-        "healthy idled {:.1}% by stallgen's own account: {:?}",
-        expected * 100.0,
-        r.truth
-    );
-    assert!(
-        idle < expected + 0.08,
-        "healthy idled {:.1}%, its kernel time says {:.1}%: {g}",
+    let device = r.device_idle.clone()?;
+    if device >= HEALTHY_AT_MOST {
+        return Err(format!(
+            "healthy idled {:.1}% of the recording by the simulated device's own account, \
+             not healthy (stallgen's truth: {:?})",
+            device * 100.0,
+            r.truth
+        ));
+    }
+    let idle = g["idle_ns"].as_u64().unwrap_or(0) as f64
+        / g["observed_ns"].as_u64().unwrap_or(1).max(1) as f64;
+    eprintln!(
+        "healthy: NVML idle {:.2}%, the device's own {:.2}%",
         idle * 100.0,
-        expected * 100.0
+        device * 100.0
     );
-    assert!(
-        r.report["verdict"]["cause"].is_null(),
-        "verdict: {}",
-        r.report["verdict"]
-    );
+    if (idle - device).abs() > DEVICE_AGREEMENT {
+        return Err(format!(
+            "healthy: NVML idle {:.1}%, the device's own {:.1}%: {g}",
+            idle * 100.0,
+            device * 100.0
+        ));
+    }
+    if !r.report["verdict"]["cause"].is_null() {
+        return Err(format!(
+            "healthy ({:.1}% idle by the device) got a verdict: {}",
+            device * 100.0,
+            r.report["verdict"]
+        ));
+    }
+    Ok(())
 }
 
 #[test]

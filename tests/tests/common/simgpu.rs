@@ -41,6 +41,30 @@ impl Sim {
     }
 }
 
+impl Sim {
+    /// The share of `[start_ns, end_ns)` (CLOCK_MONOTONIC) in which GPU 0 ran no kernel, by
+    /// the simulated device's own accounting: what NVML should report for that window. Read
+    /// within the device's 60 s of history.
+    pub fn device_idle(&self, start_ns: u64, end_ns: u64) -> Result<f64, String> {
+        let state =
+            simgpu_state::SharedState::open(&self.state, simgpu_state::InitConfig::default())
+                .map_err(|e| format!("simulated GPU state {}: {e}", self.state.display()))?;
+        let gpu = state
+            .device(0)
+            .ok_or_else(|| format!("{} has no GPU 0", self.state.display()))?;
+        let now = super::monotonic_ns();
+        if end_ns <= start_ns || now.saturating_sub(start_ns) > 55_000_000_000 {
+            return Err(format!(
+                "the window {start_ns}..{end_ns} is empty or older than the device's history (now {now})"
+            ));
+        }
+        let busy = gpu
+            .snapshot_history(now - start_ns)
+            .busy_between(start_ns, end_ns);
+        Ok(1.0 - busy as f64 / (end_ns - start_ns) as f64)
+    }
+}
+
 impl Drop for Sim {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.state);
