@@ -182,7 +182,7 @@ pub struct CheckArgs {
     pub format: GateFormat,
 }
 
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct OutputArgs {
     /// What to write: `text` or `json` on stdout; `perfetto` (a .pftrace for ui.perfetto.dev)
     /// and `html` (one self-contained page) as files beside the recording. Several may be
@@ -236,6 +236,13 @@ pub struct RecordArgs {
     /// Recording file (default: stallscope-<pid>-<timestamp>.rec).
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
+    /// Cut the recording into back-to-back files of this length, FILE.1.rec, FILE.2.rec, ...
+    /// (at least 1s), each a recording of its own, reported as soon as it ends, while the
+    /// probes stay attached: a long recording (the agent's) covers the job without gaps.
+    /// With --format json, each report comes as one document:
+    /// `{"segment": N, "recording": PATH, "report": {...}}`.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub segment: Option<Duration>,
     /// On-CPU stack sampling rate per CPU, in Hz (0 turns sampling off).
     #[arg(short, long, default_value_t = 99)]
     pub rate: u64,

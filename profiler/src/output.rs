@@ -157,6 +157,44 @@ fn flamegraph_place(recording: &Path, out: &OutputArgs) -> (PathBuf, String) {
 /// The report on stdout, and the flame graphs. The report comes even when a flame graph cannot
 /// be written (a full disk); the error, naming the file, comes after it.
 pub fn render(recording: &Path, out: &OutputArgs) -> anyhow::Result<()> {
+    render_one(recording, out, None)
+}
+
+/// As [`render`], for segment `number` of `record --segment`, while the recording goes on:
+/// the report comes under a line naming the segment, or in JSON as
+/// `{"segment": N, "recording": PATH, "report": {...}}`, one such document per segment.
+pub fn render_segment(recording: &Path, out: &OutputArgs, number: u32) -> anyhow::Result<()> {
+    render_one(recording, out, Some(number))
+}
+
+fn write_segment(
+    report: &Report,
+    format: profiler_core::Format,
+    number: u32,
+    recording: &Path,
+    w: &mut dyn Write,
+) -> anyhow::Result<()> {
+    match format {
+        profiler_core::Format::Json => {
+            let mut inner = Vec::new();
+            format.renderer().render(report, &mut inner)?;
+            let path = serde_json::to_string(&recording.display().to_string())?;
+            write!(
+                w,
+                "{{\"segment\": {number}, \"recording\": {path}, \"report\": "
+            )?;
+            w.write_all(inner.trim_ascii_end())?;
+            writeln!(w, "}}")?;
+        }
+        profiler_core::Format::Text => {
+            writeln!(w, "=== segment {number}: {} ===", recording.display())?;
+            format.renderer().render(report, w)?;
+        }
+    }
+    Ok(())
+}
+
+fn render_one(recording: &Path, out: &OutputArgs, segment: Option<u32>) -> anyhow::Result<()> {
     let (folded, load) = load(recording)?;
     let calibration = profiler_core::attribution::waiting::calibration(&[&folded.analysis]);
     let events = keep_for_timeline(&folded, out);
@@ -164,7 +202,10 @@ pub fn render(recording: &Path, out: &OutputArgs) -> anyhow::Result<()> {
     let report = Report::new(&analysis, attribution.as_ref(), &load);
     let stdout = std::io::stdout();
     let mut stdout = stdout.lock();
-    out.format().renderer().render(&report, &mut stdout)?;
+    match segment {
+        None => out.format().renderer().render(&report, &mut stdout)?,
+        Some(n) => write_segment(&report, out.format(), n, recording, &mut stdout)?,
+    }
     stdout.flush()?;
     drop(stdout);
     let graphs: &[Flamegraph] = match &drawn {
@@ -187,9 +228,11 @@ pub fn render(recording: &Path, out: &OutputArgs) -> anyhow::Result<()> {
         timeline_files::write(out, &dir, &stem, Subject::One(&report), &[lanes], graphs)
     });
     drop(report);
-    // Freeing an hour's model piece by piece takes a tenth of a second; the process is about
-    // to exit and the OS takes it back at once.
-    std::mem::forget(analysis);
+    if segment.is_none() {
+        // Freeing an hour's model piece by piece takes a tenth of a second; the process is
+        // about to exit and the OS takes it back at once. A segment's recorder goes on.
+        std::mem::forget(analysis);
+    }
     drawn?;
     files
 }

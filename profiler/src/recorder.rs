@@ -12,6 +12,7 @@ use crate::{
         kernel::{loader, offsets},
         proc::target,
         recording_file::{RecordingFile, WriteFailed},
+        segment_files::SegmentFiles,
         session,
         sink::{Sink, write_process},
         stacks::{FramePointers, Unwinding},
@@ -168,7 +169,17 @@ pub fn run(args: RecordArgs) -> anyhow::Result<i32> {
         .output
         .clone()
         .unwrap_or_else(|| default_output(&args, roots[0]));
-    let mut writer: Box<dyn Sink> = Box::new(RecordingFile::create(&path)?);
+    if let Some(every) = args.segment {
+        anyhow::ensure!(
+            every >= std::time::Duration::from_secs(1),
+            "--segment {every:?} is shorter than a second"
+        );
+    }
+    let mut writer: Box<dyn Sink> = match args.segment {
+        Some(_) => Box::new(SegmentFiles::create(&path)?),
+        None => Box::new(RecordingFile::create(&path)?),
+    };
+    let shown = writer.segment().unwrap_or_else(|| path.clone());
     writer.write(&Record::Meta(Box::new(Meta {
         target_pids: roots.clone(),
         command: args.command.clone(),
@@ -221,6 +232,27 @@ pub fn run(args: RecordArgs) -> anyhow::Result<i32> {
     let mut session = session::Session::new(ebpf, slots, decoder, writer, pids, gpu, probes);
     session.python = !args.no_python;
     session.dlopen = dlopen;
+    // Each finished segment is reported on a thread of its own while the recording goes on.
+    let segment_reports = args.segment.map(|every| {
+        let (done, finished) = std::sync::mpsc::channel::<PathBuf>();
+        session.segments = Some(session::SegmentClock {
+            every,
+            next_ns: start_ns + every.as_nanos() as u64,
+            done,
+        });
+        let out = args.out.clone();
+        std::thread::spawn(move || {
+            let mut failed = false;
+            for (n, file) in (1..).zip(finished) {
+                if let Err(e) = output::render_segment(&file, &out, n) {
+                    eprintln!("stallscope: segment {n}: {e:#}");
+                    failed = true;
+                }
+                eprintln!("stallscope: segment {n} saved to {}", file.display());
+            }
+            failed
+        })
+    });
     eprintln!(
         "stallscope: tracing {} thread(s) of PID {}{}; writing {}",
         seeds.len(),
@@ -232,7 +264,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<i32> {
         args.duration
             .map(|d| format!(" for {:.1}s", d.as_secs_f64()))
             .unwrap_or_else(|| " until Ctrl-C or exit".into()),
-        path.display()
+        shown.display()
     );
     if let Some(l) = launched.as_mut() {
         l.release();
@@ -269,8 +301,18 @@ pub fn run(args: RecordArgs) -> anyhow::Result<i32> {
             eprintln!("stallscope: the command exited with status {code}");
         }
     }
-    let rendered = output::render(&path, &args.out);
-    eprintln!("stallscope: recording saved to {}", path.display());
+    let rendered = match segment_reports {
+        Some(reports) => match reports.join() {
+            Ok(false) => Ok(()),
+            Ok(true) => Err(anyhow::anyhow!("a segment could not be reported")),
+            Err(_) => Err(anyhow::anyhow!("reporting the segments panicked")),
+        },
+        None => {
+            let r = output::render(&path, &args.out);
+            eprintln!("stallscope: recording saved to {}", path.display());
+            r
+        }
+    };
     if rendered.is_ok() {
         end_stdout();
     }

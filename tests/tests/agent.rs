@@ -209,6 +209,11 @@ fn prometheus_sees_the_injected_cause_rise_and_every_dashboard_panel_has_data() 
         || prom.value(series).filter(|v| *v > first),
     );
     assert!(later > first);
+    // One recorder follows the job: after its first attach, its segments follow each other
+    // with nothing left unrecorded between them.
+    let uncovered = || scraped(&addr, "stallscope_agent_uncovered_seconds_total");
+    let segments = || scraped(&addr, "stallscope_agent_segments_total");
+    let (gap, seen) = (uncovered(), segments());
     // The cause's flame graph over the segments kept shows the workers' transform.
     let (status, svg) = get(&addr, "/flamegraph?cause=dataloader_cpu").expect("an answer");
     assert_eq!(status, 200, "{svg}");
@@ -244,6 +249,13 @@ fn prometheus_sees_the_injected_cause_rise_and_every_dashboard_panel_has_data() 
             );
         }
     }
+    let more = segments();
+    assert!(more > seen, "more segments came ({seen:?}, then {more:?})");
+    assert_eq!(
+        uncovered(),
+        gap,
+        "time went unrecorded between segments of one job"
+    );
     drop(job);
 }
 

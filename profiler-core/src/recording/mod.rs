@@ -3,3 +3,4 @@
 pub mod format;
 pub mod reader;
 pub mod record;
+pub mod segments;

@@ -204,12 +204,40 @@ fn rusage(who: libc::c_int) -> (f64, f64) {
     )
 }
 
-/// The agent's own CPU and memory; its recorders' (child processes that have exited) apart.
-pub fn own(e: &mut Exposition) {
+/// A live process's CPU seconds (user and system), and its resident and peak resident bytes.
+fn live(pid: u32) -> Option<(f64, f64, f64)> {
+    let p = procfs::process::Process::new(pid as i32).ok()?;
+    let stat = p.stat().ok()?;
+    let status = p.status().ok()?;
+    let ticks = (stat.utime + stat.stime) as f64;
+    let kib = |v: Option<u64>| v.unwrap_or(0) as f64 * 1024.0;
+    Some((
+        ticks / procfs::ticks_per_second() as f64,
+        kib(status.vmrss),
+        kib(status.vmhwm),
+    ))
+}
+
+/// The recorders' CPU seconds exported last: a recorder's time moves from the live count to
+/// the reaped children's when it is reaped, and in between it is in neither, so the counter
+/// never goes back below what it said.
+static RECORDER_CPU: std::sync::Mutex<f64> = std::sync::Mutex::new(0.0);
+
+/// The agent's own CPU and memory, and its recorders' apart; `recorder` is the PID of the one
+/// running now (0: none).
+pub fn own(e: &mut Exposition, recorder: u32) {
     let (cpu, _) = rusage(libc::RUSAGE_SELF);
     let (children_cpu, children_rss) = rusage(libc::RUSAGE_CHILDREN);
-    let help =
-        "CPU time of the agent (process=agent) and of its finished recorders (process=recorder)";
+    let (live_cpu, live_rss, live_hwm) = (recorder != 0)
+        .then(|| live(recorder))
+        .flatten()
+        .unwrap_or_default();
+    let recorders_cpu = {
+        let mut last = RECORDER_CPU.lock().unwrap_or_else(|p| p.into_inner());
+        *last = last.max(children_cpu + live_cpu);
+        *last
+    };
+    let help = "CPU time of the agent (process=agent) and of its recorders (process=recorder)";
     e.set(
         "stallscope_agent_cpu_seconds",
         Kind::Counter,
@@ -222,7 +250,7 @@ pub fn own(e: &mut Exposition) {
         Kind::Counter,
         help,
         &[("process", "recorder")],
-        children_cpu,
+        recorders_cpu,
     );
     let rss = std::fs::read_to_string("/proc/self/status")
         .ok()
@@ -241,10 +269,17 @@ pub fn own(e: &mut Exposition) {
         rss,
     );
     e.set(
+        "stallscope_agent_recorder_rss_bytes",
+        Kind::Gauge,
+        "Resident memory of the recorder running now (0: none)",
+        &[],
+        live_rss,
+    );
+    e.set(
         "stallscope_agent_recorder_max_rss_bytes",
         Kind::Gauge,
         "The largest resident memory any of its recorders reached",
         &[],
-        children_rss,
+        children_rss.max(live_hwm),
     );
 }

@@ -1,13 +1,15 @@
 //! `stallscope agent`: a per-host agent that serves OpenMetrics on `/metrics`.
 //!
-//! It records its targets in back-to-back segments: each is `stallscope record` run as a
-//! child process for `--segment`, whose JSON report adds each GPU's busy, idle and waiting
-//! seconds by cause to the counters. A child per segment keeps the agent's own memory
-//! bounded and a recorder's crash from taking the agent down; targets are found again for
-//! every segment, so jobs that start, stop or restart are picked up. The gaps between
-//! segments (attach and report) are counted, not guessed at: shares of GPU time, which the
-//! alert rules use, are ratios over the recorded time. GPU gauges are read from NVML at
-//! each scrape.
+//! It records its targets with one `stallscope record --segment` child at a time: the probes
+//! stay attached while the recording is cut into back-to-back segments, and each segment's
+//! JSON report adds each GPU's busy, idle and waiting seconds by cause to the counters. A
+//! child keeps the agent's own memory bounded and a recorder's crash from taking the agent
+//! down. Targets are found again after every segment: a recorder ends when its targets have
+//! all exited, or when a process it does not trace appears (a new job), and the next one
+//! traces what is there then. The time not recorded while there were targets (the first
+//! attach, a change of recorder) is counted, not guessed at: shares of GPU time, which the
+//! alert rules use, are ratios over the recorded time. GPU gauges are read from NVML at each
+//! scrape.
 mod flamegraphs;
 mod gauges;
 mod http;
@@ -91,6 +93,7 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
         };
         flamegraphs::render(&dirs, cause, window)
     };
+    let health = stop.clone();
     let served = runtime.block_on(http::serve(args.listen, flamegraph, move || {
         let mut e = Exposition::default();
         let (counters, targets) = {
@@ -107,7 +110,10 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
         );
         NVML.with(|n| n.borrow_mut().read(&lib, &mut e));
         gauges::host_cpu(&mut e);
-        gauges::own(&mut e);
+        gauges::own(
+            &mut e,
+            health.recorder.load(std::sync::atomic::Ordering::Acquire),
+        );
         e.render()
     }));
     stop.asked.store(true, std::sync::atomic::Ordering::Release);
@@ -147,7 +153,7 @@ const COUNTERS: [(&str, &str); 5] = [
     ),
     (
         "stallscope_agent_uncovered_seconds",
-        "Wall time between segments (attach, report), not recorded",
+        "Time with targets but no recording (an attach, a change of recorder)",
     ),
     (
         "stallscope_lost_events",
@@ -228,76 +234,91 @@ impl Totals {
     }
 }
 
+/// What the segments have covered: where the last one recorded ended (CLOCK_MONOTONIC), or
+/// `None` while there was nothing to record.
+#[derive(Default)]
+struct Coverage {
+    last_end_ns: Option<u64>,
+}
+
+impl Coverage {
+    /// A segment recorded `[start_ns, end_ns)`: returns the time before it left unrecorded
+    /// since the last one (or since targets were found).
+    fn recorded(&mut self, start_ns: u64, end_ns: u64) -> u64 {
+        let gap = self
+            .last_end_ns
+            .map_or(0, |last| start_ns.saturating_sub(last));
+        self.last_end_ns = Some(end_ns.max(start_ns));
+        gap
+    }
+}
+
 fn segments(args: &AgentArgs, totals: &Mutex<Totals>, scratch: &std::path::Path, stop: &Stop) {
     let lock = || totals.lock().unwrap_or_else(|p| p.into_inner());
-    let mut last_end: Option<Instant> = None;
-    let mut count = 0u64;
+    let mut coverage = Coverage::default();
+    let mut runs = 0u64;
     while !stop.asked() {
         let pids = targets(args);
         lock().targets = pids.len();
         if pids.is_empty() {
-            last_end = None;
+            coverage.last_end_ns = None;
             stop.sleep(Duration::from_secs(1));
             continue;
         }
-        let started = Instant::now();
-        // Wall time since the last segment ended, less what this one records, is uncovered.
-        let since = last_end.unwrap_or(started);
-        count += 1;
-        let dir = scratch.join(format!("segment-{count}"));
+        // Targets are here: from now on, time not recorded is uncovered.
+        coverage
+            .last_end_ns
+            .get_or_insert_with(crate::capture::clock::monotonic_ns);
         stop.reapers
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .retain(|r| !r.is_finished());
-        let result = segment(args, &pids, &dir, stop);
-        let mut t = lock();
-        let recorded = match result {
-            Ok(report) => {
-                let recorded = t.add_report(&report);
-                t.count("stallscope_agent_recorded_seconds", recorded);
-                if args.flamegraphs.is_zero() {
-                    let _ = std::fs::remove_dir_all(&dir);
-                } else {
-                    t.keep_stacks(dir, args.flamegraphs);
-                }
-                recorded
+        runs += 1;
+        let dir = scratch.join(format!("recorder-{runs}"));
+        let result = recorder(args, &pids, &dir, stop, &mut |report, graphs| {
+            let mut t = lock();
+            let recorded = t.add_report(report);
+            t.count("stallscope_agent_recorded_seconds", recorded);
+            let start = report["start_ns"].as_u64().unwrap_or(0);
+            let end = start + report["duration_ns"].as_u64().unwrap_or(0);
+            let gap = coverage.recorded(start, end);
+            t.count("stallscope_agent_uncovered_seconds", gap as f64 / 1e9);
+            if let Some(graphs) = graphs {
+                t.keep_stacks(graphs, args.flamegraphs);
             }
-            Err(e) => {
-                let _ = std::fs::remove_dir_all(&dir);
-                eprintln!("stallscope agent: segment of PID(s) {pids:?} failed: {e:#}");
-                t.count("stallscope_agent_segment_failures", 1.0);
-                0.0
-            }
-        };
-        let wall = since.elapsed().as_secs_f64();
-        t.count(
-            "stallscope_agent_uncovered_seconds",
-            (wall - recorded).max(0.0),
-        );
-        drop(t);
-        if recorded == 0.0 {
+        });
+        if let Err(e) = result {
+            eprintln!("stallscope agent: recording PID(s) {pids:?} failed: {e:#}");
+            lock().count("stallscope_agent_segment_failures", 1.0);
             stop.sleep(Duration::from_secs(1));
         }
-        last_end = Some(Instant::now());
+        if args.flamegraphs.is_zero() {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
     }
 }
 
-/// One `stallscope record` of `pids` for a segment into `dir` (its folded stacks stay there
-/// when flame graphs are kept), and its JSON report.
-fn segment(
+/// The last this much of a recorder's stderr is kept, for the error when it fails.
+const STDERR_KEPT: usize = 16 * 1024;
+
+/// One `stallscope record --segment` of `pids`, in `dir`, for as long as its targets live and
+/// no new target appears (a new job is another recorder's): each segment's JSON report is
+/// handed to `segment` as it comes, with the directory its folded stacks were moved to when
+/// flame graphs are kept. Fails when the recorder gave no report at all.
+fn recorder(
     args: &AgentArgs,
     pids: &[u32],
     dir: &std::path::Path,
     stop: &Stop,
-) -> anyhow::Result<serde_json::Value> {
+    segment: &mut dyn FnMut(&serde_json::Value, Option<PathBuf>),
+) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir)?;
-    let file: PathBuf = dir.join("segment.rec");
     let mut cmd = Command::new(std::env::current_exe()?);
     cmd.arg("record")
-        .arg("-d")
+        .arg("--segment")
         .arg(format!("{}ms", args.segment.as_millis()))
         .arg("-o")
-        .arg(&file)
+        .arg(dir.join("segment.rec"))
         .args(["--format", "json"]);
     if args.flamegraphs.is_zero() {
         cmd.arg("--no-flamegraphs");
@@ -325,42 +346,127 @@ fn segment(
         cmd.args(["--pid", &p.to_string()]);
     }
     let mut child = cmd.spawn()?;
+    let pid = child.id();
     stop.recorder
-        .store(child.id(), std::sync::atomic::Ordering::Release);
-    if stop.asked() {
-        // SAFETY: as in `run`: our child, not yet reaped.
+        .store(pid, std::sync::atomic::Ordering::Release);
+    let end = |child: &std::process::Child| {
+        // SAFETY: kill has no memory effects; the PID is our child, not yet reaped.
         unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    };
+    if stop.asked() {
+        end(&child);
     }
-    let stderr = child.stderr.take().map(|mut e| {
+    let stderr = child.stderr.take().map(|e| {
         std::thread::spawn(move || {
-            let mut text = String::new();
-            let _ = std::io::Read::read_to_string(&mut e, &mut text);
-            text
+            let mut kept = std::collections::VecDeque::new();
+            for line in std::io::BufRead::lines(std::io::BufReader::new(e)).map_while(Result::ok) {
+                kept.extend(line.bytes().chain(std::iter::once(b'\n')));
+                let over = kept.len().saturating_sub(STDERR_KEPT);
+                kept.drain(..over);
+            }
+            String::from_utf8_lossy(kept.make_contiguous()).into_owned()
         })
     });
-    // The recorder ends its stdout with the report, seconds before it exits (the kernel
-    // removes its probes one grace period at a time): the next segment starts meanwhile.
-    let mut stdout = Vec::new();
-    if let Some(mut o) = child.stdout.take() {
-        std::io::Read::read_to_end(&mut o, &mut stdout)?;
+    let mut reports = 0u64;
+    let mut ending = false;
+    if let Some(out) = child.stdout.take() {
+        let docs = serde_json::Deserializer::from_reader(std::io::BufReader::new(out))
+            .into_iter::<serde_json::Value>();
+        for doc in docs {
+            let Ok(doc) = doc else { break };
+            reports += 1;
+            if let Some(file) = doc["recording"].as_str() {
+                let _ = std::fs::remove_file(file);
+            }
+            let graphs = doc["segment"]
+                .as_u64()
+                .filter(|_| !args.flamegraphs.is_zero())
+                .and_then(|n| move_graphs(dir, n).ok());
+            segment(&doc["report"], graphs);
+            // A new job (a process the recorder does not trace) gets a recorder that traces
+            // it: this one ends its segment now.
+            if !ending && !stop.asked() && !covers(&doc["report"], &targets(args)) {
+                ending = true;
+                end(&child);
+            }
+        }
     }
     stop.recorder.store(0, std::sync::atomic::Ordering::Release);
-    let _ = std::fs::remove_file(&file);
-    if let Ok(report) = serde_json::from_slice::<serde_json::Value>(&stdout) {
-        let reaper = std::thread::spawn(move || {
-            let _ = child.wait();
-            drop(stderr.map(std::thread::JoinHandle::join));
-        });
+    // The recorder ends its stdout with its last report, seconds before it exits (the
+    // kernel removes its probes one grace period at a time): the next starts meanwhile.
+    let reaper = std::thread::spawn(move || {
+        let status = child.wait();
+        let text = stderr.and_then(|h| h.join().ok()).unwrap_or_default();
+        (status, text)
+    });
+    if reports > 0 {
+        let waiting = std::thread::spawn(move || drop(reaper.join()));
         stop.reapers
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .push(reaper);
-        return Ok(report);
+            .push(waiting);
+        return Ok(());
     }
-    let status = child.wait()?;
-    let stderr = stderr.and_then(|h| h.join().ok()).unwrap_or_default();
+    let (status, text) = reaper
+        .join()
+        .map_err(|_| anyhow::anyhow!("waiting for the recorder panicked"))?;
     anyhow::bail!(
-        "the recorder exited with {status} without a report: {}",
-        stderr.trim()
+        "the recorder (PID {pid}) exited with {} without a report: {}",
+        status.map_or_else(|e| e.to_string(), |s| s.to_string()),
+        text.trim()
     )
+}
+
+/// Whether a segment's report traced every process of `targets`.
+fn covers(report: &serde_json::Value, targets: &[u32]) -> bool {
+    let traced: std::collections::BTreeSet<u64> = report["processes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| p["pid"].as_u64())
+        .collect();
+    targets.iter().all(|p| traced.contains(&u64::from(*p)))
+}
+
+/// Moves segment `n`'s folded stacks into a directory of their own (its SVGs are not served:
+/// the agent draws its graphs over several segments).
+fn move_graphs(dir: &std::path::Path, n: u64) -> std::io::Result<PathBuf> {
+    let graphs = dir.join(format!("graphs-{n}"));
+    std::fs::create_dir_all(&graphs)?;
+    let prefix = format!("segment.{n}.");
+    for entry in std::fs::read_dir(dir)?.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !name.starts_with(&prefix) {
+            continue;
+        }
+        if name.ends_with(".folded") {
+            std::fs::rename(entry.path(), graphs.join(&name))?;
+        } else {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+    Ok(graphs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn coverage_counts_the_gaps_between_segments() {
+        let mut c = Coverage {
+            last_end_ns: Some(100),
+        };
+        assert_eq!(c.recorded(150, 400), 50, "the first attach");
+        assert_eq!(c.recorded(400, 700), 0, "back to back");
+        assert_eq!(c.recorded(900, 950), 200, "a new recorder");
+    }
+
+    #[test]
+    fn a_report_covers_the_processes_it_traced() {
+        let r = serde_json::json!({"processes": [{"pid": 7}, {"pid": 9}]});
+        assert!(covers(&r, &[7, 9]));
+        assert!(covers(&r, &[9]));
+        assert!(!covers(&r, &[7, 11]));
+    }
 }

@@ -394,9 +394,13 @@ impl Decoder {
         }))
     }
 
-    /// A probed call of `tid` (of `pid`) that had not returned when the recording ended at
-    /// `end_ns`: recorded as ending there, with [`record::IN_PROGRESS`] as its status, so
-    /// that a wait that outlasts the recording (a hung collective) is still a wait.
+    /// A new segment file starts: the stacks its samples use are written into it again.
+    pub fn new_segment(&mut self) {
+        self.stacks.new_segment();
+        // A raw stack found here skips interning, which is where a stack is written out.
+        self.raw.clear();
+    }
+
     /// `pid`'s executable mappings changed since they were last read: the unwinder and the
     /// namer look again for addresses they had found in none.
     pub fn new_code(&mut self, pid: u32) {
@@ -404,6 +408,9 @@ impl Decoder {
         self.unwinding.0.new_code(pid);
     }
 
+    /// A probed call of `tid` (of `pid`) that had not returned when the recording ended at
+    /// `end_ns`: recorded as ending there, with [`record::IN_PROGRESS`] as its status, so
+    /// that a wait that outlasts the recording (a hung collective) is still a wait.
     pub fn open_call(
         &mut self,
         tid: u32,

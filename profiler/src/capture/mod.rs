@@ -8,6 +8,7 @@ pub mod probes;
 pub mod proc;
 pub mod python;
 pub mod recording_file;
+pub mod segment_files;
 pub mod session;
 pub mod sink;
 pub mod stacks;

@@ -3,6 +3,7 @@
 //! signal arrives or every traced thread has exited.
 use std::{
     collections::{BTreeSet, HashMap, HashSet},
+    path::PathBuf,
     sync::{Arc, Mutex},
     time::Duration,
 };
@@ -68,6 +69,15 @@ pub struct Session {
     pub python: bool,
     /// Removing the CUDA probes, in the background; joined before exit.
     pub unprobe: Option<std::thread::JoinHandle<()>>,
+    /// `record --segment`: where each finished segment's file goes, and when the next ends.
+    pub segments: Option<SegmentClock>,
+}
+
+/// When `record --segment`'s segments end, and who is told of each finished file.
+pub struct SegmentClock {
+    pub every: Duration,
+    pub next_ns: u64,
+    pub done: std::sync::mpsc::Sender<PathBuf>,
 }
 
 /// A digest of the executable mappings in `maps`: the others (heap arenas, tensors, the
@@ -136,6 +146,7 @@ impl Session {
             maps_watch: HashMap::new(),
             dlopen: DlopenWatch::default(),
             unprobe: None,
+            segments: None,
         }
     }
 
@@ -337,6 +348,10 @@ impl Session {
                     if self.tick()? == 0 {
                         break EndReason::TargetExited;
                     }
+                    if self.segments.as_ref().is_some_and(|s| self.last_tick_ns >= s.next_ns) {
+                        self.drain(ring.get_mut())?;
+                        self.cut()?;
+                    }
                 }
                 _ = sigint.recv() => break EndReason::Signal,
                 _ = sigterm.recv() => break EndReason::Signal,
@@ -372,7 +387,42 @@ impl Session {
         std::thread::sleep(Duration::from_millis(20));
         self.drain(ring.get_mut())?;
         self.finish(reason)?;
+        if let (Some(s), Some(last)) = (&self.segments, self.sink.segment()) {
+            let _ = s.done.send(last);
+        }
         Ok(reason)
+    }
+
+    /// Ends the current segment at the last tick and starts the next there: the finished
+    /// file gets what a recording ends with (the calls still in progress, page-cache misses,
+    /// event counts), as its figures so far; the sink rebases them for the next.
+    fn cut(&mut self) -> anyhow::Result<()> {
+        let now = self.last_tick_ns;
+        self.open_calls()?;
+        self.page_cache_files()?;
+        self.losses()?;
+        self.sink.write(&Record::End {
+            ts_ns: now,
+            reason: EndReason::Duration,
+        })?;
+        let unix_ns = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64)
+            .saturating_sub(monotonic_ns().saturating_sub(now));
+        let done = self.sink.cut(now, unix_ns)?;
+        self.decoder.new_segment();
+        if let Some(s) = &mut self.segments {
+            // On a grid from the start, so that late ticks do not add up.
+            let every = (s.every.as_nanos() as u64).max(1);
+            while s.next_ns <= now {
+                s.next_ns += every;
+            }
+            if let Some(path) = done {
+                // The reader may be gone (the recorder is stopping); the file stays.
+                let _ = s.done.send(path);
+            }
+        }
+        Ok(())
     }
 
     fn finish(&mut self, reason: EndReason) -> anyhow::Result<()> {

@@ -10,6 +10,20 @@ pub trait Sink {
     fn write(&mut self, record: &Record) -> anyhow::Result<()>;
     /// Called once per tick, after its records.
     fn flush(&mut self) -> anyhow::Result<()>;
+    /// Ends the current segment, whose last record was its `End`, and starts the next at
+    /// `start_ns` (`record --segment`). Returns the finished segment's file, or `None` for a
+    /// sink that does not cut its records into segments.
+    fn cut(
+        &mut self,
+        _start_ns: u64,
+        _start_unix_ns: u64,
+    ) -> anyhow::Result<Option<std::path::PathBuf>> {
+        Ok(None)
+    }
+    /// The file of the segment being written, for a sink that cuts segments.
+    fn segment(&self) -> Option<std::path::PathBuf> {
+        None
+    }
 }
 
 impl Sink for super::recording_file::RecordingFile {

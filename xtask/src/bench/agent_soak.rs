@@ -1,9 +1,12 @@
 //! `bench agent-soak`: `stallscope agent --all-gpu-processes` on the simulated GPU for many
-//! minutes while stallgen jobs start and stop under it (a new job every cycle, of a scenario
-//! that changes each time, alive for part of the cycle), scraped every few seconds as
-//! Prometheus would. The agent's RSS is sampled throughout and held to the bound,
-//! its own growth from the first minute to the end to a small one, and every job must have
-//! been picked up. A benchmark, not a test: it takes as long as it is told to.
+//! minutes, scraped every few seconds as Prometheus would. In the first half stallgen jobs
+//! start and stop under it (a new job every cycle, of a scenario that changes each time,
+//! alive for part of the cycle); in the second half one job runs throughout, so that one
+//! recorder stays attached for many minutes. The agent's RSS is sampled throughout and held
+//! to the bound, its own growth from the first minute to the end to a small one;
+//! every job must have been picked up; and through the long job the recorder's RSS must not
+//! grow and no time may go unrecorded. A benchmark, not a test: it takes as long as it is
+//! told to.
 use std::{
     io::{Read as _, Write as _},
     net::TcpStream,
@@ -84,20 +87,33 @@ pub fn agent_soak(minutes: f64) -> anyhow::Result<()> {
     let mut job: Option<Proc> = None;
     let mut jobs = 0usize;
     let mut next_job = t0;
+    // The long job's start, once it has started, and the uncovered seconds a minute into it.
+    let long_from = secs / 2.0;
+    let mut long_started: Option<f64> = None;
+    let mut uncovered_then: Option<f64> = None;
+    let mut uncovered_now = 0.0;
     // (seconds, agent RSS KiB, the recorder's RSS KiB)
     let mut samples: Vec<(f64, u64, u64)> = Vec::new();
     let (mut failed_scrapes, mut last_text) = (0usize, String::new());
     let mut segments_per_job: Vec<f64> = Vec::new();
     let mut segments_before = 0.0;
     while t0.elapsed().as_secs_f64() < secs {
-        if Instant::now() >= next_job {
+        let now_s = t0.elapsed().as_secs_f64();
+        let long = long_started.is_none() && now_s >= long_from;
+        if long || (long_started.is_none() && Instant::now() >= next_job) {
             if let Some(j) = job.take() {
                 let _ = j.stop(Duration::from_secs(1), Duration::from_secs(5));
             }
             let scenario = SCENARIOS[jobs % SCENARIOS.len()];
+            let life = if long {
+                long_started = Some(now_s);
+                (secs - now_s) as u64 + 60
+            } else {
+                JOB_SECS
+            };
             let j = Proc::spawn(
                 Command::new(release_bin("stallgen"))
-                    .args(["--scenario", scenario, "--secs", &JOB_SECS.to_string()])
+                    .args(["--scenario", scenario, "--secs", &life.to_string()])
                     .arg("--data-dir")
                     .arg(dir.join("data"))
                     .env("LD_LIBRARY_PATH", &lib)
@@ -126,6 +142,13 @@ pub fn agent_soak(minutes: f64) -> anyhow::Result<()> {
         ));
         match scrape(&addr) {
             Some(text) => {
+                uncovered_now =
+                    value(&text, "stallscope_agent_uncovered_seconds_total").unwrap_or(0.0);
+                if long_started.is_some_and(|s| now_s >= s + WARMUP.as_secs_f64())
+                    && uncovered_then.is_none()
+                {
+                    uncovered_then = Some(uncovered_now);
+                }
                 let segments = value(&text, "stallscope_agent_segments_total").unwrap_or(0.0);
                 if segments_per_job.len() < jobs {
                     segments_per_job.push(0.0);
@@ -156,6 +179,15 @@ pub fn agent_soak(minutes: f64) -> anyhow::Result<()> {
     let last = *samples.last().context("no sample of the agent")?;
     let peak = samples.iter().map(|s| s.1).max().unwrap_or(0).max(hwm_kib);
     let recorder_peak = samples.iter().map(|s| s.2).max().unwrap_or(0);
+    // The long job's recorder, from a minute into the job to the end.
+    let long_job: Vec<&(f64, u64, u64)> = long_started
+        .map(|from| {
+            samples
+                .iter()
+                .filter(|s| s.0 >= from + WARMUP.as_secs_f64() && s.2 > 0)
+                .collect()
+        })
+        .unwrap_or_default();
     let failures = value(&last_text, "stallscope_agent_segment_failures_total").unwrap_or(-1.0);
     let missed = segments_per_job.iter().filter(|n| **n < 1.0).count();
     let mut ok = true;
@@ -211,8 +243,35 @@ pub fn agent_soak(minutes: f64) -> anyhow::Result<()> {
         "0".into(),
         failed_scrapes == 0,
     );
+    match (long_job.first(), long_job.last()) {
+        (Some(a), Some(b)) => row(
+            "the long job's recorder RSS growth",
+            format!(
+                "{:.1} MiB at {:.0} s → {:.1} MiB at {:.0} s",
+                mib(a.2),
+                a.0,
+                mib(b.2),
+                b.0
+            ),
+            format!("≤ {RSS_GROWTH_MIB} MiB"),
+            mib(b.2) - mib(a.2) <= RSS_GROWTH_MIB,
+        ),
+        _ => row(
+            "the long job's recorder RSS growth",
+            "no sample".into(),
+            "a minute of samples".into(),
+            false,
+        ),
+    }
+    let unrecorded = uncovered_then.map(|then| uncovered_now - then);
+    row(
+        "time unrecorded during the long job, after its first minute",
+        unrecorded.map_or("no reading".into(), |u| format!("{u:.3} s")),
+        "0 s".into(),
+        unrecorded == Some(0.0),
+    );
     println!(
-        "\nthe segments' recorder (a child per segment, gone after it): peak RSS {:.1} MiB",
+        "\nthe recorders (one per job, each cutting 15 s segments): peak RSS {:.1} MiB",
         mib(recorder_peak)
     );
     if !ok {

@@ -21,8 +21,8 @@ pub enum Tracer {
     StallscopeEveryLaunch,
     /// stallscope without the Python frames (`--no-python`): what reading them costs.
     StallscopeNoPython,
-    /// `stallscope agent --pid`, recording in segments of a third of the window: every run
-    /// then includes segment turnovers (a new recorder attaching), the agent's worst case.
+    /// `stallscope agent --pid`, its recorder cutting segments of a third of the window: every
+    /// run then includes segments reported while the tracing goes on.
     Agent,
     Bpftrace,
     Runqlat,

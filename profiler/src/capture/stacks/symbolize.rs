@@ -76,21 +76,33 @@ fn executable_mappings(pid: u32) -> Option<Mappings> {
     Some(out)
 }
 
-/// Interns stacks: the same frames get the same id, and only new stacks are reported.
+/// Interns stacks: the same frames get the same id, and a stack is reported the first time
+/// it is seen in each segment of the recording (see [`Stacks::new_segment`]).
 #[derive(Default)]
 pub struct Stacks {
     ids: HashMap<Vec<String>, u32>,
+    /// The ids reported in the current segment.
+    written: std::collections::HashSet<u32>,
 }
 
 impl Stacks {
-    /// Returns the id of `frames` and whether it is new (so the caller writes it out).
+    /// Returns the id of `frames`, and the frames when the current segment has not had them
+    /// yet (so the caller writes them out).
     pub fn intern(&mut self, frames: Vec<String>) -> (u32, Option<Vec<String>>) {
-        if let Some(&id) = self.ids.get(&frames) {
-            return (id, None);
-        }
-        let id = self.ids.len() as u32;
-        self.ids.insert(frames.clone(), id);
-        (id, Some(frames))
+        let id = match self.ids.get(&frames) {
+            Some(&id) => id,
+            None => {
+                let id = self.ids.len() as u32;
+                self.ids.insert(frames.clone(), id);
+                id
+            }
+        };
+        (id, self.written.insert(id).then_some(frames))
+    }
+
+    /// A new segment file starts: each stack is reported again when first used in it.
+    pub fn new_segment(&mut self) {
+        self.written.clear();
     }
 }
 
@@ -431,6 +443,14 @@ mod tests {
         let (c, new_c) = s.intern(vec!["main".into(), "f".into()]);
         assert_eq!((a, b, c), (0, 1, 0));
         assert!(new_a.is_some() && new_b.is_some() && new_c.is_none());
+        s.new_segment();
+        let (d, new_d) = s.intern(vec!["main".into(), "f".into()]);
+        let (_, new_e) = s.intern(vec!["main".into(), "f".into()]);
+        assert_eq!(d, 0, "ids hold across segments");
+        assert!(
+            new_d.is_some() && new_e.is_none(),
+            "written once per segment"
+        );
     }
 
     #[test]
