@@ -276,7 +276,8 @@ fn the_image_runs_the_agent_as_the_daemonset_does() {
     let image = format!("localhost/stallscope-test:{}", std::process::id());
     ran(
         podman()
-            .args(["build", "--pull=never", "--network", "host"])
+            // No layers kept: the image is removed after the test and nothing else is left.
+            .args(["build", "--layers=false", "--pull=never", "--network", "host"])
             .args(limits())
             .args([
                 "--build-arg",

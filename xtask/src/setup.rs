@@ -202,11 +202,13 @@ fn ensure_venv(python: &Path, check: &str, packages: &[&str], what: &str) -> any
 /// Makes the image the Dockerfile's runtime stage starts from, `debian:bookworm-slim`, unless
 /// podman has it: a minimal Debian bookworm made by debootstrap from Debian's mirror (image
 /// registries are out of reach here; Debian's mirror is not), cached as a tarball. Installs
-/// podman, runc (which the tests run it with) and debootstrap.
+/// podman, runc (which the tests run it with), netavark (podman will not start without a
+/// network backend, though the tests use the host's network) and debootstrap.
 pub fn ensure_container_base() -> anyhow::Result<()> {
     ensure_debian(&[
         ("podman", "podman"),
         ("runc", "runc"),
+        ("/usr/lib/podman/netavark", "netavark"),
         ("debootstrap", "debootstrap"),
     ])?;
     let exists = Command::new("podman")
