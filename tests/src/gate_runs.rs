@@ -46,9 +46,10 @@ impl Injected {
         matches!(self, Injected::DataloaderCpu | Injected::Disk)
     }
 
-    /// stallgen's arguments. The CPU, disk and host-memcpy speed knobs the test suite may
-    /// set divide stallgen's costs; the injected costs are multiplied back, so the added
-    /// idle time is the same on a simulated host of any speed.
+    /// stallgen's arguments. A slowed loader lags the feeder's own step by
+    /// [`LOADER_LAG_PCT`], measured while the job runs, so the added idle time is the same on
+    /// a host of any speed; the bigger batch is sized by the simulated host-memcpy rate the
+    /// test suite may set.
     pub fn stallgen_args(self) -> Vec<String> {
         let knob = |var: &str, default: f64| {
             std::env::var(var)
@@ -57,30 +58,32 @@ impl Injected {
                 .filter(|v| v.is_finite() && *v > 0.0)
                 .unwrap_or(default)
         };
-        let mut args: Vec<String> = ["--scenario", "healthy", "--workers", "1"]
+        let scenario = match self {
+            Injected::Nothing | Injected::PinnedMemoryCopy => "healthy",
+            Injected::DataloaderCpu => "dataloader-cpu",
+            Injected::Disk => "disk",
+        };
+        let mut args: Vec<String> = ["--scenario", scenario, "--workers", "1"]
             .map(String::from)
             .to_vec();
-        match self {
-            Injected::Nothing => {}
-            Injected::DataloaderCpu => args.extend([
-                "--transform-ms".into(),
-                format!("{}", 105.5 * knob("STALLGEN_CPU_SPEED", 1.0)),
-            ]),
-            Injected::Disk => args.extend([
-                "--disk-ms".into(),
-                format!("{}", 104.5 * knob("STALLGEN_DISK_SPEED", 1.0)),
-            ]),
-            Injected::PinnedMemoryCopy => args.extend([
+        if self.slows_the_loader() {
+            args.extend(["--loader-lag".into(), LOADER_LAG_PCT.to_string()]);
+        }
+        if self == Injected::PinnedMemoryCopy {
+            args.extend([
                 "--batch-mb".into(),
                 format!(
                     "{}",
                     2.0 + 9.0 * knob("STALLSCOPE_SIMGPU_HOST_GBPS", 2.0) / 2.0
                 ),
-            ]),
+            ]);
         }
         args
     }
 }
+
+/// How much slower than the feeder's step a slowed loader is: about 5 points of GPU idle.
+pub const LOADER_LAG_PCT: f64 = 5.0;
 
 /// What stallgen says on stdout that a run waits for.
 enum Said {

@@ -277,7 +277,13 @@ fn the_image_runs_the_agent_as_the_daemonset_does() {
     ran(
         podman()
             // No layers kept: the image is removed after the test and nothing else is left.
-            .args(["build", "--layers=false", "--pull=never", "--network", "host"])
+            .args([
+                "build",
+                "--layers=false",
+                "--pull=never",
+                "--network",
+                "host",
+            ])
             .args(limits())
             .args([
                 "--build-arg",

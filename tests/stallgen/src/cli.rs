@@ -66,6 +66,13 @@ pub struct Cli {
     /// Wall time per batch each worker spends reading cold sample files (0: none).
     #[arg(long, visible_alias = "disk")]
     pub disk_ms: Option<f64>,
+    /// Make the DataLoader this many percent slower than the feeder's own step, as measured
+    /// while the job runs (its copy, launches, sync and host work): each batch's time goes
+    /// to the phase's cause (cold reads in a disk phase, else the transform) in place of
+    /// --disk-ms or --transform-ms, so the GPU idles about PCT/(100+PCT) of the time on a
+    /// host of any speed.
+    #[arg(long, value_name = "PCT")]
+    pub loader_lag: Option<f64>,
     /// How much faster this host's CPU is than the presets assume: every CPU time per batch
     /// and per step (transform, host work) is divided by it. Tests set it through the
     /// environment to check that their expectations follow the job, not the machine.
@@ -115,6 +122,11 @@ pub struct Cli {
     /// Where the disk scenario keeps its sample files [default: <tmp>/stallgen-data].
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
+    /// Reads per second the disk scenario's disk serves the job (block-IO throttling in a
+    /// cgroup of the job's own; needs root), as a busy disk or a network filesystem would:
+    /// a VM's disk cached by its host is as fast as memory. 0: the disk's own speed.
+    #[arg(long, default_value_t = 200)]
+    pub disk_iops: u32,
     /// Print which libcuda.so.1 was loaded and the device's name, run one kernel, and exit.
     #[arg(long)]
     pub check_gpu: bool,
@@ -306,6 +318,12 @@ impl Cli {
     pub fn schedule(&self, cpus: usize) -> Result<Schedule> {
         if !(self.secs > 0.0 && self.secs.is_finite()) {
             bail!("--secs must be a positive number of seconds");
+        }
+        if self
+            .loader_lag
+            .is_some_and(|p| !(p >= 0.0 && p.is_finite()))
+        {
+            bail!("--loader-lag must be a percentage, 0 or more");
         }
         if self.workers == Some(0) {
             bail!("--workers must be at least 1 (the feeder takes batches from workers)");

@@ -11,6 +11,7 @@ use crate::{
     feed::Feed,
     loader::{Loader, PREFETCH, Shared},
     scenario::Schedule,
+    slow_disk::SlowDisk,
     sys, train,
     truth::Truth,
     work::{self, WorkerEnv},
@@ -98,6 +99,8 @@ pub struct Job<'a> {
     pub batch_bytes: usize,
     pub pin_memory: bool,
     pub dataset: Option<Dataset>,
+    /// `--loader-lag`, as a fraction.
+    pub loader_lag: Option<f64>,
     /// Whether the totals report kernel launches.
     pub launches: bool,
     pub seat: Option<Seat<'a>>,
@@ -115,6 +118,7 @@ pub fn run(job: Job<'_>, truth: &mut Truth, out: &mut Out) -> Result<()> {
         schedule: schedule.clone(),
         workers: job.workers,
         dataset: job.dataset,
+        loader_lag: job.loader_lag,
     };
     // A rank's pipes to its parent stay with the rank: the parent must see their end of file
     // when the rank dies, whatever its workers do.
@@ -180,13 +184,22 @@ pub fn run(job: Job<'_>, truth: &mut Truth, out: &mut Out) -> Result<()> {
     Ok(())
 }
 
-/// The data set, prepared before anything forks, when a phase reads from disk.
-pub fn dataset(dir: Option<&std::path::Path>, needed: bool) -> Result<Option<Dataset>> {
+/// The data set, prepared before anything forks, when a phase reads from disk; with it, the
+/// throttle on its disk (`iops` reads per second, 0 for none) that lasts as long as it is held.
+pub fn dataset(
+    dir: Option<&std::path::Path>,
+    needed: bool,
+    iops: u32,
+) -> Result<(Option<Dataset>, Option<SlowDisk>)> {
     if !needed {
-        return Ok(None);
+        return Ok((None, None));
     }
     let dir = dir.map_or_else(crate::dataset::default_dir, ToOwned::to_owned);
     let ds = Dataset::prepare(&dir)
         .with_context(|| format!("preparing the data set in {}", dir.display()))?;
-    Ok(Some(ds))
+    let slow = (iops > 0)
+        .then(|| SlowDisk::apply(&dir, iops))
+        .transpose()
+        .with_context(|| format!("limiting the reads of {} to {iops}/s", dir.display()))?;
+    Ok((Some(ds), slow))
 }

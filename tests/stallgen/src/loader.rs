@@ -22,7 +22,7 @@ use crate::{scenario::Schedule, sys};
 
 /// Batches in flight per worker (PyTorch's default prefetch_factor).
 pub const PREFETCH: usize = 2;
-/// Bytes in front of the slots: the run's t0.
+/// Bytes in front of the slots: the run's t0, then the feeder's step time.
 const HEADER_BYTES: usize = 4096;
 /// Each batch starts with its sequence number (native-endian u64) so the feeder can check
 /// the order.
@@ -48,10 +48,26 @@ impl Shared {
         }))
     }
 
-    fn t0(&self) -> &AtomicU64 {
+    fn header(&self, i: usize) -> &AtomicU64 {
+        assert!((i + 1) * 8 <= HEADER_BYTES);
         // SAFETY: the mapping is page-aligned, at least HEADER_BYTES long, zero-filled at
-        // creation, and its first 8 bytes are only ever accessed as this atomic.
-        unsafe { &*self.mem.as_ptr().cast::<AtomicU64>() }
+        // creation, and its header words are only ever accessed as these atomics.
+        unsafe { &*self.mem.as_ptr().cast::<AtomicU64>().add(i) }
+    }
+
+    fn t0(&self) -> &AtomicU64 {
+        self.header(0)
+    }
+
+    /// Publishes how long the feeder's last steps took without their wait for a batch (a
+    /// moving average, ns): what the GPU side of the job needs per batch.
+    pub fn set_feeder_step_ns(&self, ns: u64) {
+        self.header(1).store(ns, Ordering::Release);
+    }
+
+    /// The feeder's step time as last published; 0 before its first step.
+    pub fn feeder_step_ns(&self) -> u64 {
+        self.header(1).load(Ordering::Acquire)
     }
 
     /// Publishes the run's start (CLOCK_MONOTONIC ns) to every process.
@@ -249,6 +265,7 @@ pub(crate) mod tests {
             schedule: Schedule::new(Scenario::Healthy, &[], 1.0, 1, 1, &quick),
             workers,
             dataset: None,
+            loader_lag: None,
         });
         let mut handles = Vec::new();
         let loader = Loader::start(shared, workers, |w, mut ready, mut free, _| {

@@ -12,6 +12,7 @@ mod parent;
 mod ptx;
 mod rank;
 mod scenario;
+mod slow_disk;
 mod sys;
 mod train;
 mod truth;
@@ -54,13 +55,15 @@ fn run(cli: &Cli) -> Result<()> {
     let schedule = cli.schedule(cpus)?;
     let mut truth = truth::Truth::create(cli.truth.as_deref())
         .with_context(|| format!("creating the truth file {:?}", cli.truth))?;
-    let dataset = job::dataset(cli.data_dir.as_deref(), schedule.uses_disk())?;
+    let (dataset, _slow_disk) =
+        job::dataset(cli.data_dir.as_deref(), schedule.uses_disk(), cli.disk_iops)?;
     let job = Job {
         schedule,
         workers: cli.workers(cpus),
         batch_bytes: plan.batch_bytes,
         pin_memory: plan.pin_memory,
         dataset,
+        loader_lag: cli.loader_lag.map(|pct| pct / 100.0),
         launches: plan.launches,
         seat: None,
     };

@@ -75,7 +75,7 @@ pub fn run(cli: &Cli, plan: &Plan, cpus: usize, ranks: usize) -> Result<()> {
         .map(|r| cli.rank_schedule(cpus, plan, plan.first_rank + r))
         .collect::<Result<Vec<_>>>()?;
     let uses_disk = schedules.iter().any(|s| s.uses_disk());
-    let dataset = job::dataset(cli.data_dir.as_deref(), uses_disk)?;
+    let (dataset, _slow_disk) = job::dataset(cli.data_dir.as_deref(), uses_disk, cli.disk_iops)?;
     let ctl = match &cli.rendezvous {
         Some(path) => Control::open(path, plan.first_rank == 0)?,
         None => Control::new().context("mapping the ranks' control block")?,
@@ -98,6 +98,7 @@ pub fn run(cli: &Cli, plan: &Plan, cpus: usize, ranks: usize) -> Result<()> {
             batch_bytes: plan.batch_bytes,
             pin_memory: plan.pin_memory,
             dataset: dataset.clone(),
+            loader_lag: cli.loader_lag.map(|pct| pct / 100.0),
             launches: plan.launches,
             seat: Some(Seat {
                 ctl: &ctl,

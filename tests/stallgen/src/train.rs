@@ -139,6 +139,11 @@ fn log_metrics(ms: f64) {
 }
 
 impl Summary {
+    /// The feeder's time in its steps other than waiting for batches.
+    fn busy_ns(&self) -> u64 {
+        self.copy_ns + self.launch_ns + self.sync_ns + self.host_ns
+    }
+
     fn add(&mut self, other: &Summary) {
         self.steps += other.steps;
         self.launches += other.launches;
@@ -175,6 +180,9 @@ pub fn train(
     let mut recorded = 0;
     let mut phases = vec![Summary::default(); schedule.phases.len()];
     let mut steps = 0;
+    // The feeder's step without its wait for a batch, a moving average over about 8 steps,
+    // for a loader that lags behind it by a share of it (`--loader-lag`).
+    let mut step_ns = 0u64;
     loop {
         let now = sys::monotonic_ns();
         let goes_on = match ddp {
@@ -193,6 +201,7 @@ pub fn train(
         }
         let knobs = &schedule.phases[phase].knobs;
         let waited_before = phases[phase].wait_ns;
+        let busy_before = phases[phase].busy_ns();
         step(
             gpu,
             feed,
@@ -201,6 +210,13 @@ pub fn train(
             ddp,
             &mut phases[phase],
         )?;
+        let busy = phases[phase].busy_ns() - busy_before;
+        step_ns = if step_ns == 0 {
+            busy
+        } else {
+            (step_ns * 7 + busy) / 8
+        };
+        shared.set_feeder_step_ns(step_ns);
         let waited = phases[phase].wait_ns - waited_before;
         if !said_behind && waited >= BEHIND_NS {
             said_behind = true;

@@ -32,6 +32,19 @@ pub struct WorkerEnv {
     pub schedule: Schedule,
     pub workers: usize,
     pub dataset: Option<Dataset>,
+    /// `--loader-lag`: how much longer than the feeder's step each batch takes, as a
+    /// fraction, whatever the host's speed.
+    pub loader_lag: Option<f64>,
+}
+
+/// With `--loader-lag`: a worker's time for one batch, so that the workers together deliver
+/// a batch every `(1 + lag)` feeder steps. `None` until the feeder has published its step.
+fn lagged_batch(env: &WorkerEnv) -> Option<Duration> {
+    let lag = env.loader_lag?;
+    let step = env.shared.feeder_step_ns();
+    (step > 0).then(|| {
+        Duration::from_nanos((step as f64 * (1.0 + lag) * env.workers.max(1) as f64) as u64)
+    })
 }
 
 /// A DataLoader worker: takes a free slot, reads samples (disk phases), transforms them
@@ -40,21 +53,45 @@ pub struct WorkerEnv {
 pub fn run_worker(env: &WorkerEnv, id: usize, ready: &mut File, free: &mut File) -> io::Result<()> {
     let mut cursor = id as u64 + 1;
     let mut k = 0u64;
+    // What the last batch took besides its reads (transform, collate, handing it over).
+    let mut rest = Duration::ZERO;
     while let Some(slot) = sys::recv_u32(free)? {
-        let knobs = env.schedule.phases[env.shared.phase_now(&env.schedule)].knobs;
+        let started = std::time::Instant::now();
+        let mut knobs = env.schedule.phases[env.shared.phase_now(&env.schedule)].knobs;
+        // A lagging loader spends the batch's time on its phase's cause: reading in a disk
+        // phase, transforming otherwise.
+        if let Some(batch) = lagged_batch(env) {
+            let ms = batch.saturating_sub(rest).as_secs_f64() * 1e3;
+            if knobs.disk_ms > 0.0 {
+                knobs.disk_ms = ms;
+            } else {
+                knobs.transform_ms = ms;
+            }
+        }
         let seq = id as u64 + k * env.workers as u64;
         // SAFETY: the feeder handed the slot over through `free`; it is ours until we send
         // its index back.
         let batch = unsafe { env.shared.slot_mut(slot as usize) };
         let mut filled = 0;
+        let mut reading = Duration::ZERO;
         if let (Some(ds), true) = (&env.dataset, knobs.disk_ms > 0.0) {
             let budget = Duration::from_secs_f64(knobs.disk_ms / 1e3);
+            let t = std::time::Instant::now();
             ds.read_cold_for(budget, batch, &mut cursor)?;
+            reading = t.elapsed();
             filled = batch.len().min(crate::dataset::SAMPLE_BYTES);
         }
+        let t = std::time::Instant::now();
         transform(knobs.transform_ms);
+        let transforming = t.elapsed();
         collate(&mut batch[filled..], seq);
         batch[..SEQ_BYTES].copy_from_slice(&seq.to_ne_bytes());
+        let reads_or_transform = if knobs.disk_ms > 0.0 {
+            reading
+        } else {
+            transforming
+        };
+        rest = started.elapsed().saturating_sub(reads_or_transform);
         match sys::send_u32(ready, slot) {
             Ok(()) => {}
             // The feeder is gone: the run is over.
