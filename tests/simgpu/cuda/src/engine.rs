@@ -15,7 +15,7 @@
 //! waits on itself or in a cycle with the others. (What a host function or a comm kernel's
 //! rendezvous waits for in another process is outside this argument, as on a real GPU.)
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -137,22 +137,55 @@ pub fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 struct Queue {
     ops: Mutex<VecDeque<Arc<Op>>>,
     more: Condvar,
+    /// Operations queued and not yet taken, readable without the lock.
+    queued: AtomicU64,
+    /// Whether the engine sleeps on `more`: only then does a submission wake it.
+    parked: AtomicBool,
 }
+
+/// How long an engine with nothing to do looks for more before it sleeps. A GPU's front end
+/// takes the next launch without any host thread waking; an engine that slept at every gap
+/// made a launch-bound loop cost two context switches and a futex call per kernel, which a
+/// real driver's launch does not.
+const LOOK_FOR_WORK_NS: u64 = 100_000;
 
 impl Queue {
     const fn new() -> Self {
         Queue {
             ops: Mutex::new(VecDeque::new()),
             more: Condvar::new(),
+            queued: AtomicU64::new(0),
+            parked: AtomicBool::new(false),
+        }
+    }
+
+    fn push(&self, op: Arc<Op>) {
+        let mut ops = locked(&self.ops);
+        ops.push_back(op);
+        self.queued.fetch_add(1, Ordering::Release);
+        // Read under the lock, which the engine holds from its last look until it sleeps.
+        let wake = self.parked.load(Ordering::Acquire);
+        drop(ops);
+        if wake {
+            self.more.notify_one();
         }
     }
 
     fn pop(&self) -> Arc<Op> {
+        let until = monotonic_ns() + LOOK_FOR_WORK_NS;
+        while self.queued.load(Ordering::Acquire) == 0 && monotonic_ns() < until {
+            for _ in 0..64 {
+                std::hint::spin_loop();
+            }
+        }
         let mut ops = locked(&self.ops);
         loop {
             if let Some(op) = ops.pop_front() {
+                self.queued.fetch_sub(1, Ordering::Release);
+                self.parked.store(false, Ordering::Release);
                 return op;
             }
+            self.parked.store(true, Ordering::Release);
             ops = self.more.wait(ops).unwrap_or_else(|e| e.into_inner());
         }
     }
@@ -214,8 +247,7 @@ impl Engines {
             deps: Mutex::new(deps),
             done_ns: AtomicU64::new(0),
         });
-        locked(&queue.ops).push_back(op.clone());
-        queue.more.notify_one();
+        queue.push(op.clone());
         op
     }
 
