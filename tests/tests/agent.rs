@@ -334,12 +334,11 @@ fn ip(args: &[&str]) {
 
 impl Host {
     fn new(h: usize) -> Self {
+        // Before the namespace, so that a failure here leaves none behind.
+        let sim = Sim::new(&format!("fleet-{h}"));
         let netns = format!("stallscope-fleet-{}-{h}", std::process::id());
         let veth = format!("sfl{h}p{}", std::process::id() % 100_000);
-        // Left over by a run that was killed: a namespace of a process that is gone.
-        let _ = Command::new("ip")
-            .args(["netns", "delete", &netns])
-            .output();
+        Self::remove_left_over(h);
         ip(&["netns", "add", &netns]);
         ip(&[
             "link", "add", &veth, "type", "veth", "peer", "name", "eth0", "netns", &netns,
@@ -360,14 +359,39 @@ impl Host {
         Self {
             netns,
             addr: format!("{theirs}:9400"),
-            sim: Sim::new(&format!("fleet-{h}")),
+            sim,
         }
     }
 
-    /// `program` run inside the host's namespace, on its GPU.
+    /// Host `h`'s namespace (and its veth pair) of an earlier run that was killed: its
+    /// address would take this run's host's traffic.
+    fn remove_left_over(h: usize) {
+        let Ok(out) = Command::new("ip").args(["netns", "list"]).output() else {
+            return;
+        };
+        let ours = std::process::id();
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            let name = line.split_whitespace().next().unwrap_or_default();
+            let Some(rest) = name.strip_prefix("stallscope-fleet-") else {
+                continue;
+            };
+            let (pid, host) = rest.split_once('-').unwrap_or_default();
+            let gone = pid
+                .parse::<u32>()
+                .is_ok_and(|p| p != ours && !Path::new(&format!("/proc/{p}")).exists());
+            if host == h.to_string() && gone {
+                let _ = Command::new("ip").args(["netns", "delete", name]).output();
+            }
+        }
+    }
+
+    /// `program` run inside the host's network namespace, on its GPU. Through nsenter, not
+    /// `ip netns exec`, which also mounts a sysfs of its own without the cgroup filesystems
+    /// (the disk scenario's slow disk is a cgroup's).
     fn command(&self, program: &Path) -> Command {
-        let mut c = Command::new(find_tool("ip").expect("ip"));
-        c.args(["netns", "exec", &self.netns])
+        let mut c = Command::new(find_tool("nsenter").expect("util-linux's nsenter is missing"));
+        c.arg(format!("--net=/run/netns/{}", self.netns))
+            .arg("--")
             .arg(program)
             .env("STALLSCOPE_SIMGPU_STATE", &self.sim.state)
             .env("STALLSCOPE_SIMGPU_DEVICES", "1");
@@ -456,8 +480,9 @@ fn one_prometheus_query_names_the_straggler_of_a_fleet_of_eight_hosts() {
     let targets: Vec<String> = hosts.iter().map(|h| h.addr.clone()).collect();
     let prom = Prometheus::scraping(&dir, &targets);
 
+    // What each host's agent counted and said, and what its job said, for a failure.
     let agents_health = || {
-        [
+        let series = [
             "stallscope_agent_segments_total",
             "stallscope_agent_segment_failures_total",
             "stallscope_agent_recorded_seconds_total",
@@ -472,15 +497,57 @@ fn one_prometheus_query_names_the_straggler_of_a_fleet_of_eight_hosts() {
                     .collect::<Vec<_>>()
             )
         })
-        .join("\n")
+        .join("\n");
+        let seconds: Vec<String> = prom
+            .query("sum by (instance, state, cause) (stallscope_gpu_seconds_total)")
+            .iter()
+            .map(|r| {
+                format!(
+                    "{} {} {}: {}",
+                    r["metric"]["instance"],
+                    r["metric"]["state"],
+                    r["metric"]["cause"],
+                    r["value"][1]
+                )
+            })
+            .collect();
+        let tail = |text: String| -> String {
+            let skip = text.chars().count().saturating_sub(600);
+            text.chars().skip(skip).collect()
+        };
+        let said: Vec<String> = agents
+            .iter()
+            .zip(&jobs)
+            .enumerate()
+            .map(|(h, (a, j))| {
+                format!(
+                    "host {h}'s agent said: {}\nits stallgen said: {}",
+                    tail(a.stderr_so_far()),
+                    tail(j.stderr_so_far())
+                )
+            })
+            .collect();
+        format!(
+            "{series}\nGPU seconds:\n{}\n{}",
+            seconds.join("\n"),
+            said.join("\n")
+        )
     };
     // Every host's rank, as its agent labels its GPU's time.
     let ranked = r#"count by (instance, rank) (stallscope_gpu_seconds_total{rank!=""})"#;
-    wait_for(
-        "every host's rank in Prometheus",
-        Duration::from_secs(180),
-        || (prom.query(ranked).len() == HOSTS).then_some(()),
-    );
+    let since = Instant::now();
+    while prom.query(ranked).len() < HOSTS {
+        assert!(
+            since.elapsed() < Duration::from_secs(180),
+            "timed out waiting for every host's rank in Prometheus: {:?}\n{}",
+            prom.query(ranked)
+                .iter()
+                .map(|r| r["metric"].clone())
+                .collect::<Vec<_>>(),
+            agents_health()
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    }
     // Three segments of every host behind each figure. Eight agents on one machine take
     // turns at the kernel: it removes uprobes one RCU-tasks grace period at a time under one
     // mutex (seconds per recorder), and no host's next recorder can attach meanwhile.
@@ -528,9 +595,10 @@ fn one_prometheus_query_names_the_straggler_of_a_fleet_of_eight_hosts() {
     for r in shares.iter().filter(|r| named(r).1 != slow.to_string()) {
         assert!(
             value(r) >= 0.05 && value(r) >= 2.0 * theirs,
-            "rank {:?} waited {:.3} of its GPU time, the straggler {theirs:.3}: {shares:?}",
+            "rank {:?} waited {:.3} of its GPU time, the straggler {theirs:.3}: {shares:?}\n{}",
             named(r),
-            value(r)
+            value(r),
+            agents_health()
         );
     }
     // What held it up, from the same series.

@@ -239,12 +239,13 @@ impl Drop for Container {
     }
 }
 
-/// Removes the test's image when the test ends.
+/// Removes the test's image, and the build's intermediate images, when the test ends.
 struct Image(String);
 
 impl Drop for Image {
     fn drop(&mut self) {
         let _ = podman().args(["rmi", "-f", &self.0]).output();
+        let _ = podman().args(["image", "prune", "-f"]).output();
     }
 }
 
@@ -274,16 +275,12 @@ fn the_image_runs_the_agent_as_the_daemonset_does() {
         "the image takes target/release/stallscope: run `cargo xtask build`"
     );
     let image = format!("localhost/stallscope-test:{}", std::process::id());
+    let _image = Image(image.clone());
     ran(
         podman()
-            // No layers kept: the image is removed after the test and nothing else is left.
-            .args([
-                "build",
-                "--layers=false",
-                "--pull=never",
-                "--network",
-                "host",
-            ])
+            // (`--layers=false` would leave no intermediate images, but podman 4.3 then fails
+            // with "identifier is not an image" after tagging: they are pruned instead.)
+            .args(["build", "--pull=never", "--network", "host"])
             .args(limits())
             .args([
                 "--build-arg",
@@ -297,7 +294,6 @@ fn the_image_runs_the_agent_as_the_daemonset_does() {
             .current_dir(repo()),
         "podman build (the base image comes from `cargo xtask test`)",
     );
-    let _image = Image(image.clone());
     let (template, container) = daemonset();
     let spec = &template["spec"];
     let args = strings(&container["args"]);

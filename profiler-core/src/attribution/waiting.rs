@@ -204,34 +204,43 @@ fn calibrate(per_gpu: &[Vec<GpmInterval>]) -> Result<(f64, f64), String> {
             .map(|i| i.ratio)
             .collect()
     };
-    let c = per_gpu
-        .iter()
-        .map(|v| busy(v))
-        .filter(|r| r.len() >= MIN_INTERVALS)
-        .filter_map(|r| quantile(r, COMPUTE_QUANTILE))
-        .fold(None, |m: Option<f64>, q| Some(m.map_or(q, |m| m.max(q))));
+    let highest = |q: f64| {
+        per_gpu
+            .iter()
+            .map(|v| busy(v))
+            .filter(|r| r.len() >= MIN_INTERVALS)
+            .filter_map(|r| quantile(r, q))
+            .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))))
+    };
     let waiting: Vec<f64> = per_gpu
         .iter()
         .flatten()
         .filter(|i| i.busy >= MIN_BUSY && i.outstanding >= 0.5)
         .map(|i| i.ratio)
         .collect();
-    let (Some(c), true) = (c, waiting.len() >= MIN_INTERVALS) else {
+    let (Some(c), true) = (highest(COMPUTE_QUANTILE), waiting.len() >= MIN_INTERVALS) else {
         return Err(format!(
             "too few GPM intervals ({} with a collective outstanding)",
             waiting.len()
         ));
     };
     let e = quantile(waiting, WAITING_QUANTILE).unwrap_or(0.0);
-    if c <= 0.0 || e > SEPARABLE * c {
-        return Err(format!(
-            "SM activity per busy time is alike throughout ({:.0}% at most, {:.0}% with a \
-             collective outstanding): no waiting told apart",
-            c * 100.0,
-            e * 100.0
-        ));
+    let separable = |c: f64| c > 0.0 && e <= SEPARABLE * c;
+    if separable(c) {
+        return Ok((c, e));
     }
-    Ok((c, e))
+    // Every GPU judged waited nearly all the time (a rank alone in its recording, behind a
+    // straggler many times slower): its typical interval is a waiting one, and compute's
+    // activity shows only in the few intervals where it computed, its most active.
+    if let Some(top) = highest(1.0).filter(|&top| separable(top)) {
+        return Ok((top, e));
+    }
+    Err(format!(
+        "SM activity per busy time is alike throughout ({:.0}% at most, {:.0}% with a \
+         collective outstanding): no waiting told apart",
+        highest(1.0).unwrap_or(c) * 100.0,
+        e * 100.0
+    ))
 }
 
 /// Compute's and waiting's SM activity per busy time, judged over every GPU of one job: the
@@ -506,6 +515,27 @@ mod tests {
         assert!((waited - 10.0).abs() < 0.5, "{waited} {:?}", w0.fractions);
         // The straggler computes whenever it is busy.
         assert!(w[&1].fractions.iter().sum::<f64>() < 0.5, "{:?}", w[&1]);
+    }
+
+    #[test]
+    fn a_lone_rank_that_waits_nearly_always_is_told_from_its_few_computing_intervals() {
+        // One rank alone in its recording (an agent's host), behind a straggler ten times
+        // slower: 2 s of compute (90% of SMs) in 18 s of waiting (15%), a collective
+        // outstanding throughout. Its typical interval is a waiting one.
+        let sm: Vec<u32> = (0..10).map(|i| if i == 4 { 90 } else { 15 }).collect();
+        let a = analysis(
+            vec![gpu(0, 10, &[100; 20], &sm)],
+            vec![span(10, 0, 0, Some(20 * P))],
+        );
+        let w = derive_alone(&a);
+        assert_eq!(w[&0].signal, WaitingSignal::Gpm, "{}", w[&0].note);
+        let waited: f64 = w[&0].fractions.iter().sum();
+        // Eighteen 100 ms samples of pure waiting.
+        assert!(
+            (waited - 18.0).abs() < 0.5,
+            "{waited} {:?}",
+            w[&0].fractions
+        );
     }
 
     #[test]

@@ -83,6 +83,7 @@ impl SlowDisk {
                  own speed)",
             ));
         };
+        remove_left_over(&root);
         let dir = root.join(name);
         fs::create_dir_all(&dir)
             .map_err(|e| io::Error::new(e.kind(), format!("creating {}: {e}", dir.display())))?;
@@ -93,6 +94,20 @@ impl SlowDisk {
             &std::process::id().to_string(),
         )?;
         Ok(me)
+    }
+}
+
+/// The cgroups of earlier jobs that were killed before they could remove theirs: empty once
+/// their processes are gone.
+fn remove_left_over(root: &Path) {
+    for entry in fs::read_dir(root).into_iter().flatten().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name.strip_prefix("stallgen-") else {
+            continue;
+        };
+        if pid.parse::<u32>().is_ok() && !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = fs::remove_dir(entry.path());
+        }
     }
 }
 
