@@ -258,12 +258,13 @@ pub struct RecordArgs {
     /// Do not put uprobes on the CUDA and NCCL libraries the targets map.
     #[arg(long)]
     pub no_cuda_probes: bool,
-    /// Percent of the time the kernel-launch probes are on (100: always), in one on-period
-    /// every 4 s. A uprobe costs microseconds per hit (6 to 12 µs on our test VM), so launch
-    /// counts are sampled in short on-periods and scaled: at 1%, a job launching 140k
-    /// kernels/s loses about 2% to them.
-    #[arg(long, value_name = "PCT", default_value_t = 1, value_parser = clap::value_parser!(u32).range(0..=100))]
-    pub launch_duty: u32,
+    /// Percent of the time the kernel-launch probes are on (100: always; fractions allowed),
+    /// in one on-period every 8 s. A uprobe costs microseconds per hit (14 µs on our test
+    /// VM), and each on-period costs a launch-bound job about 35 ms more when its probes are
+    /// removed, so launch counts are sampled in short on-periods and scaled: at the default
+    /// 0.25% (20 ms every 8 s), a job launching 200k kernels/s loses about 0.6% to them.
+    #[arg(long, value_name = "PCT", default_value_t = 0.25, value_parser = parse_percent)]
+    pub launch_duty: f64,
     /// Most threads of the target's tree tracked at once (112 bytes of kernel memory each).
     /// Threads created while every slot is in use are not traced; the report counts them
     /// as lost `thread_untracked` events.
@@ -344,6 +345,15 @@ where
 }
 
 /// Parses `30s`, `2m`, `500ms`, `1h` or a bare number of seconds.
+/// A percentage from 0 to 100, fractions allowed.
+pub fn parse_percent(s: &str) -> Result<f64, String> {
+    match s.trim().trim_end_matches('%').parse::<f64>() {
+        Ok(p) if (0.0..=100.0).contains(&p) => Ok(p),
+        Ok(p) => Err(format!("{p} is not a percentage from 0 to 100")),
+        Err(e) => Err(format!("{s:?} is not a number: {e}")),
+    }
+}
+
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     let split = s
@@ -393,6 +403,29 @@ mod tests {
         assert_eq!(r.output.as_deref(), Some(std::path::Path::new("x.rec")));
         assert_eq!(r.out.format(), Format::Json);
         assert_eq!(r.rate, 99);
+    }
+
+    #[test]
+    fn launch_duty_takes_fractions_of_a_percent() {
+        let duty = |args: &[&str]| match parse(args).map(|c| c.command) {
+            Ok(Command::Record(r)) => Ok(r.launch_duty),
+            Ok(_) => panic!("not record"),
+            Err(e) => Err(e.to_string()),
+        };
+        assert_eq!(duty(&["record", "-p", "1"]), Ok(0.25));
+        assert_eq!(
+            duty(&["record", "-p", "1", "--launch-duty", "1.5%"]),
+            Ok(1.5)
+        );
+        assert_eq!(
+            duty(&["record", "-p", "1", "--launch-duty", "100"]),
+            Ok(100.0)
+        );
+        let err = duty(&["record", "-p", "1", "--launch-duty", "101"]).unwrap_err();
+        assert!(err.contains("not a percentage from 0 to 100"), "{err}");
+        assert!(duty(&["record", "-p", "1", "--launch-duty", "NaN"]).is_err());
+        let on = crate::capture::probes::cuda::LaunchDuty::from_percent(0.25).on;
+        assert_eq!(on, Duration::from_millis(20));
     }
 
     #[test]

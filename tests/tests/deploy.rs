@@ -239,13 +239,59 @@ impl Drop for Container {
     }
 }
 
-/// Removes the test's image, and the build's intermediate images, when the test ends.
-struct Image(String);
+/// Removes the test's image, and the intermediate images its build left, when the test ends.
+/// Only images that were not dangling before the build are removed: others on the host are
+/// not ours to prune.
+struct Image {
+    name: String,
+    dangling_before: Vec<String>,
+}
+
+impl Image {
+    fn new(name: String) -> Image {
+        Image {
+            name,
+            dangling_before: dangling_images(),
+        }
+    }
+}
+
+fn dangling_images() -> Vec<String> {
+    podman()
+        .args([
+            "images",
+            "-a",
+            "-q",
+            "--no-trunc",
+            "--filter",
+            "dangling=true",
+        ])
+        .output()
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default()
+}
 
 impl Drop for Image {
     fn drop(&mut self) {
-        let _ = podman().args(["rmi", "-f", &self.0]).output();
-        let _ = podman().args(["image", "prune", "-f"]).output();
+        let _ = podman().args(["rmi", "-f", &self.name]).output();
+        // Removing a layer's child leaves its parent dangling: a round per layer of the build.
+        let mut last = Vec::new();
+        for _ in 0..64 {
+            let ours: Vec<String> = dangling_images()
+                .into_iter()
+                .filter(|id| !self.dangling_before.contains(id))
+                .collect();
+            if ours.is_empty() || ours == last {
+                break;
+            }
+            let _ = podman().args(["rmi", "-f"]).args(&ours).output();
+            last = ours;
+        }
     }
 }
 
@@ -275,7 +321,7 @@ fn the_image_runs_the_agent_as_the_daemonset_does() {
         "the image takes target/release/stallscope: run `cargo xtask build`"
     );
     let image = format!("localhost/stallscope-test:{}", std::process::id());
-    let _image = Image(image.clone());
+    let _image = Image::new(image.clone());
     ran(
         podman()
             // (`--layers=false` would leave no intermediate images, but podman 4.3 then fails

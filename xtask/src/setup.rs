@@ -119,11 +119,20 @@ pub fn ensure_debian(packages: &[(&str, &str)]) -> anyhow::Result<()> {
         return Ok(());
     }
     eprintln!("xtask: installing Debian packages {missing:?}");
-    run(Command::new("apt-get").arg("update").arg("-qq"))?;
+    // apt's chatter goes to stderr: a bench's stdout is its report.
+    let to_stderr = || -> anyhow::Result<std::process::Stdio> {
+        use std::os::fd::AsFd as _;
+        Ok(std::io::stderr().as_fd().try_clone_to_owned()?.into())
+    };
+    run(Command::new("apt-get")
+        .arg("update")
+        .arg("-qq")
+        .stdout(to_stderr()?))?;
     run(Command::new("apt-get")
         .args(["install", "-y", "-qq", "--no-install-recommends"])
         .args(&missing)
-        .env("DEBIAN_FRONTEND", "noninteractive"))
+        .env("DEBIAN_FRONTEND", "noninteractive")
+        .stdout(to_stderr()?))
 }
 
 pub fn setup() -> anyhow::Result<()> {

@@ -33,6 +33,12 @@ pub fn measure(cfg: &Config) -> Vec<SwitchCost> {
         eprintln!("bench: cannot enable BPF statistics: per-switch cost not measured");
         return Vec::new();
     }
+    if let Err(e) = crate::setup::ensure_debian(&[("bpftool", "bpftool")]) {
+        eprintln!(
+            "bench: bpftool is needed to read the statistics ({e:#}): per-switch cost not measured"
+        );
+        return Vec::new();
+    }
     let mut out = Vec::new();
     for (case, tracked) in [("tracked (W1)", true), ("untracked (W1u)", false)] {
         match one(cfg, tracked) {

@@ -41,17 +41,18 @@ pub struct LaunchDuty {
 }
 
 /// How often the launch probes come on. Each time they go off, removing them waits for an
-/// RCU-tasks grace period, whose checks interrupt the job's running threads: once a second,
-/// that cost the launch-bound W4 job 6% (0.868 against 0.932 with no launch probes, five
-/// interleaved runs); every 4 s it was in the noise.
-const LAUNCH_DUTY_PERIOD: Duration = Duration::from_secs(4);
+/// RCU-tasks grace period, whose checks interrupt the job's running threads. On the
+/// launch-bound W4 job (2026-12-03, interleaved 6 s runs), each extra 1 ms on-period cost
+/// about 35 ms of its throughput, where a 40 ms on-period's slowed launches cost about 30 ms
+/// more: the on-periods are short (20 ms by default) and rare.
+const LAUNCH_DUTY_PERIOD: Duration = Duration::from_secs(8);
 
 impl LaunchDuty {
     /// Percent of the time the probes are on; 100 keeps them attached, 0 never attaches.
-    pub fn from_percent(pct: u32) -> Self {
+    pub fn from_percent(pct: f64) -> Self {
         let period = LAUNCH_DUTY_PERIOD;
         Self {
-            on: period * pct.min(100) / 100,
+            on: period.mul_f64(pct.clamp(0.0, 100.0) / 100.0),
             period,
         }
     }
