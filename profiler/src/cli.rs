@@ -260,8 +260,8 @@ pub struct RecordArgs {
     pub no_cuda_probes: bool,
     /// Percent of the time the kernel-launch probes are on (100: always; fractions allowed),
     /// in one on-period every 8 s. A uprobe costs microseconds per hit (14 µs on our test
-    /// VM), and each on-period costs a launch-bound job about 35 ms more when its probes are
-    /// removed, so launch counts are sampled in short on-periods and scaled: at the default
+    /// VM), and each on-period costs a launch-bound job about 35 ms more as its probes are
+    /// added and removed, so launch counts are sampled in short on-periods and scaled: at the default
     /// 0.25% (20 ms every 8 s), a job launching 200k kernels/s loses about 0.6% to them.
     #[arg(long, value_name = "PCT", default_value_t = 0.25, value_parser = parse_percent)]
     pub launch_duty: f64,
