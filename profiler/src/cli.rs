@@ -261,8 +261,8 @@ pub struct RecordArgs {
     /// Percent of the time the kernel-launch probes are on (100: always; fractions allowed),
     /// in one on-period every 8 s. A uprobe costs microseconds per hit (14 µs on our test
     /// VM), and each on-period costs a launch-bound job about 35 ms more as its probes are
-    /// added and removed, so launch counts are sampled in short on-periods and scaled: at the default
-    /// 0.25% (20 ms every 8 s), a job launching 200k kernels/s loses about 0.6% to them.
+    /// added and removed, so launch counts are sampled in short on-periods and scaled: at
+    /// the default 0.25% (20 ms every 8 s), a job launching 200k kernels/s loses about 0.6%.
     #[arg(long, value_name = "PCT", default_value_t = 0.25, value_parser = parse_percent)]
     pub launch_duty: f64,
     /// Most threads of the target's tree tracked at once (112 bytes of kernel memory each).
@@ -344,8 +344,7 @@ where
     })
 }
 
-/// Parses `30s`, `2m`, `500ms`, `1h` or a bare number of seconds.
-/// A percentage from 0 to 100, fractions allowed.
+/// A percentage from 0 to 100, fractions allowed, with or without a `%`.
 pub fn parse_percent(s: &str) -> Result<f64, String> {
     match s.trim().trim_end_matches('%').parse::<f64>() {
         Ok(p) if (0.0..=100.0).contains(&p) => Ok(p),
@@ -354,6 +353,7 @@ pub fn parse_percent(s: &str) -> Result<f64, String> {
     }
 }
 
+/// Parses `30s`, `2m`, `500ms`, `1h` or a bare number of seconds.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     let split = s

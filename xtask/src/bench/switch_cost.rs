@@ -25,18 +25,19 @@ pub struct SwitchCost {
 /// Stallscope's `sched_switch` under pingpong, with pingpong as the target (every switch
 /// tracked) and beside an idle target (every switch untracked).
 pub fn measure(cfg: &Config) -> Vec<SwitchCost> {
+    // Before the statistics are switched on, so that no early return leaves them on.
+    if let Err(e) = crate::setup::ensure_debian(&[("bpftool", "bpftool")]) {
+        eprintln!(
+            "bench: bpftool is needed to read the statistics ({e:#}): per-switch cost not measured"
+        );
+        return Vec::new();
+    }
     let Ok(before) = std::fs::read_to_string(STATS_SYSCTL) else {
         eprintln!("bench: no {STATS_SYSCTL}: per-switch cost not measured");
         return Vec::new();
     };
     if std::fs::write(STATS_SYSCTL, "1").is_err() {
         eprintln!("bench: cannot enable BPF statistics: per-switch cost not measured");
-        return Vec::new();
-    }
-    if let Err(e) = crate::setup::ensure_debian(&[("bpftool", "bpftool")]) {
-        eprintln!(
-            "bench: bpftool is needed to read the statistics ({e:#}): per-switch cost not measured"
-        );
         return Vec::new();
     }
     let mut out = Vec::new();
