@@ -227,3 +227,39 @@ fn ranks_waiting_busy_to_nvml_are_found_by_gpm() {
         }
     }
 }
+
+/// The timeline's thread states against each thread's counters, in every recording: the
+/// recorder moves time between states after the fact (a run-queue wait estimated at a tick,
+/// settled at the next switch), and the timeline must follow it, not keep what an earlier
+/// tick showed. Exact: a correction is made within a tick or two.
+#[test]
+fn every_threads_timeline_states_add_up_to_its_counters() {
+    use profiler_core::timeline::{STATES, ThreadState, thread_states};
+    for (scenario, _) in SCENARIOS {
+        let a = analyzed(scenario).analysis;
+        let lanes = thread_states(&a.timeline);
+        for (tid, t) in &a.threads {
+            let runs = lanes.get(tid).map_or(&[][..], Vec::as_slice);
+            for state in STATES {
+                let shown: u64 = runs
+                    .iter()
+                    .filter(|r| r.state == state)
+                    .map(|r| r.dur_ns())
+                    .sum();
+                let c = &t.counters;
+                let counted = match state {
+                    ThreadState::OnCpu => c.on_cpu_ns,
+                    ThreadState::RunQueue => c.runqueue_ns,
+                    ThreadState::IoWait => c.io_wait_ns,
+                    ThreadState::Blocked => c.blocked_ns,
+                };
+                assert_eq!(
+                    shown,
+                    counted,
+                    "{scenario} thread {tid} {}: the timeline shows {shown} ns, the counters {counted} ns",
+                    state.name()
+                );
+            }
+        }
+    }
+}

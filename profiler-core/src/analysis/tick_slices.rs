@@ -1,58 +1,74 @@
 //! Per-tick timeline: turns cumulative `Tick` counters into per-slice thread-state deltas.
 //!
 //! Each `Tick` closes a slice that began at the previous tick (or the recording start). A
-//! thread's delta is its counters minus its previous tick's; a thread seen for the first time
-//! counts from zero, since its counters start when it is first tracked. A thread that exits
+//! thread's delta is its counters minus what its earlier slices showed (see [`counter_delta`]);
+//! a thread seen for the first time counts from zero, since its counters start when it is
+//! first tracked. A thread that exits
 //! between ticks contributes `exit counters - last tick` to the next slice (or to a final slice
 //! ending at the recording's end), so each thread's deltas add up to its final counters.
 use crate::analysis::model::{ThreadDelta, TickSlice};
 use crate::fxhash::FxHashMap;
 use crate::recording::record::ThreadCounters;
 
-/// `cur - prev` per state. A thread's lifetime (the sum) only grows, but the recorder may move
-/// time between states after the fact (it learns of a missed context switch later): a state
-/// that went down takes its decrease out of the states that went up, largest first, so the
-/// slice still adds up to the lifetime gained. A lifetime that shrank by more than half is a
-/// reused TID: the new thread counts from zero. A smaller shrink (a torn read of a value being
-/// updated) yields an empty delta; see [`TimelineBuilder::tick`] for how it is not lost.
-pub fn counter_delta(prev: Option<&ThreadCounters>, cur: &ThreadCounters) -> ThreadDelta {
-    let fields = |c: &ThreadCounters| [c.on_cpu_ns, c.runqueue_ns, c.io_wait_ns, c.blocked_ns];
-    let now = fields(cur);
-    let delta = |d: [u64; 4]| ThreadDelta {
+/// The four states in [`ThreadDelta`] order: on-CPU, run queue, IO wait, blocked.
+type States = [u64; 4];
+
+fn states(c: &ThreadCounters) -> States {
+    [c.on_cpu_ns, c.runqueue_ns, c.io_wait_ns, c.blocked_ns]
+}
+
+/// What a thread's slices have shown so far, per state, against its counters `cur`.
+///
+/// A thread's lifetime (the sum) only grows, but the recorder may move time between states
+/// after the fact (it learns of a missed context switch later), so a state's counter can go
+/// down. Slices cannot be negative: the lifetime gained goes to the states still owed time
+/// (counter above what was shown), the most owed first, so a state shown too much is paid back
+/// by the others as soon as its counter grows past what was shown. Each state's slices then add
+/// up to its final counter whenever the thread lives on past the correction.
+///
+/// A lifetime below half of what was shown is a reused TID: the new thread counts from zero.
+/// A lifetime at or below what was shown (a torn read of a value being updated) yields an
+/// empty delta and shows nothing new, so the next reading is neither lost nor counted twice.
+pub fn counter_delta(shown: Option<&States>, cur: &ThreadCounters) -> ThreadDelta {
+    let now = states(cur);
+    let delta = |d: States| ThreadDelta {
         tid: cur.tid,
         on_cpu_ns: d[0],
         runqueue_ns: d[1],
         io_wait_ns: d[2],
         blocked_ns: d[3],
     };
-    let Some(prev) = prev else {
+    let Some(shown) = shown else {
         return delta(now);
     };
-    let before = fields(prev);
-    let (sum_now, sum_before) = (cur.lifetime_ns(), prev.lifetime_ns());
-    if sum_now < sum_before / 2 {
+    let sum_shown = shown.iter().fold(0u64, |s, &v| s.saturating_add(v));
+    let sum_now = cur.lifetime_ns();
+    if sum_now < sum_shown / 2 {
         return delta(now);
     }
-    if sum_now <= sum_before {
-        return delta([0; 4]);
-    }
-    let mut up = [0u64; 4];
-    let mut down = 0u64;
-    for i in 0..4 {
-        if now[i] >= before[i] {
-            up[i] = now[i] - before[i];
-        } else {
-            down += before[i] - now[i];
-        }
-    }
+    let mut gained = sum_now.saturating_sub(sum_shown);
+    let owed: States = std::array::from_fn(|i| now[i].saturating_sub(shown[i]));
     let mut order = [0usize, 1, 2, 3];
-    order.sort_by_key(|&i| std::cmp::Reverse(up[i]));
+    order.sort_by_key(|&i| std::cmp::Reverse(owed[i]));
+    let mut d = [0u64; 4];
     for i in order {
-        let take = up[i].min(down);
-        up[i] -= take;
-        down -= take;
+        d[i] = owed[i].min(gained);
+        gained -= d[i];
     }
-    delta(up)
+    delta(d)
+}
+
+/// How far back a correction is looked for: a wait estimated at a tick is settled by the next
+/// switch, so within a tick or two; past this, what is left is paid back forward.
+const MOVE_BACK_SLICES: usize = 16;
+
+fn field(d: &mut ThreadDelta, i: usize) -> &mut u64 {
+    match i {
+        0 => &mut d.on_cpu_ns,
+        1 => &mut d.runqueue_ns,
+        2 => &mut d.io_wait_ns,
+        _ => &mut d.blocked_ns,
+    }
 }
 
 fn is_zero(d: &ThreadDelta) -> bool {
@@ -62,8 +78,8 @@ fn is_zero(d: &ThreadDelta) -> bool {
 /// Folds ticks and exits into [`TickSlice`]s as they stream past.
 #[derive(Debug, Default)]
 pub struct TimelineBuilder {
-    /// Each live thread's counters at its latest tick.
-    prev: FxHashMap<u32, ThreadCounters>,
+    /// What each live thread's slices have shown so far, per state.
+    shown: FxHashMap<u32, States>,
     last_tick_ns: Option<u64>,
     /// Final deltas of threads that exited since the last tick.
     pending_exits: Vec<ThreadDelta>,
@@ -80,16 +96,7 @@ impl TimelineBuilder {
         let mut deltas = std::mem::take(&mut self.pending_exits);
         deltas.reserve(threads.len());
         for cur in threads {
-            let prev = self.prev.get(&cur.tid);
-            let delta = counter_delta(prev, cur);
-            // Keep the larger of a torn (shrunk) reading and the previous one as the base, so
-            // the next delta is neither lost nor counted twice.
-            let keep_prev = prev.is_some_and(|p| {
-                cur.lifetime_ns() <= p.lifetime_ns() && cur.lifetime_ns() >= p.lifetime_ns() / 2
-            });
-            if !keep_prev {
-                self.prev.insert(cur.tid, *cur);
-            }
+            let delta = self.show(cur);
             deltas.push(delta);
         }
         let start_ns = self.last_tick_ns.unwrap_or(start_ns).min(ts_ns);
@@ -99,8 +106,70 @@ impl TimelineBuilder {
 
     /// A `ThreadExit`: the thread's last delta joins the next slice.
     pub fn exit(&mut self, counters: &ThreadCounters) {
-        let delta = counter_delta(self.prev.remove(&counters.tid).as_ref(), counters);
+        let delta = self.show(counters);
+        self.shown.remove(&counters.tid);
         self.pending_exits.push(delta);
+    }
+
+    /// The thread's delta since its last tick, now counted as shown.
+    ///
+    /// A state whose counter fell below what the slices showed was over-counted by earlier
+    /// ticks (an estimate of a wait still under way, corrected at the next switch): the excess
+    /// is moved, in this thread's latest slices, into the states the counters say it was, so
+    /// each slice keeps its length and the timeline ends on the counters.
+    fn show(&mut self, cur: &ThreadCounters) -> ThreadDelta {
+        let mut shown = self.shown.get(&cur.tid).copied().unwrap_or_default();
+        let sum_shown: u64 = shown.iter().sum();
+        if cur.lifetime_ns() < sum_shown / 2 {
+            shown = [0; 4];
+        } else if cur.lifetime_ns() > sum_shown {
+            self.move_back(cur.tid, &mut shown, &states(cur));
+        }
+        let delta = counter_delta(Some(&shown), cur);
+        let d = [
+            delta.on_cpu_ns,
+            delta.runqueue_ns,
+            delta.io_wait_ns,
+            delta.blocked_ns,
+        ];
+        for (s, v) in shown.iter_mut().zip(d) {
+            *s = s.saturating_add(v);
+        }
+        self.shown.insert(cur.tid, shown);
+        delta
+    }
+
+    /// Moves each state's excess over `now` out of the thread's latest slices, into the states
+    /// owed the most, and updates `shown` to match.
+    fn move_back(&mut self, tid: u32, shown: &mut States, now: &States) {
+        let mut excess: States = std::array::from_fn(|i| shown[i].saturating_sub(now[i]));
+        if excess.iter().all(|&e| e == 0) {
+            return;
+        }
+        let mut owed: States = std::array::from_fn(|i| now[i].saturating_sub(shown[i]));
+        for slice in self.slices.iter_mut().rev().take(MOVE_BACK_SLICES) {
+            let Ok(at) = slice.threads.binary_search_by_key(&tid, |d| d.tid) else {
+                continue;
+            };
+            let row = &mut slice.threads[at];
+            for from in 0..4 {
+                while excess[from] > 0 && *field(row, from) > 0 {
+                    let Some(to) = (0..4).filter(|&j| owed[j] > 0).max_by_key(|&j| owed[j]) else {
+                        return;
+                    };
+                    let n = excess[from].min(*field(row, from)).min(owed[to]);
+                    *field(row, from) -= n;
+                    *field(row, to) += n;
+                    excess[from] -= n;
+                    owed[to] -= n;
+                    shown[from] -= n;
+                    shown[to] += n;
+                }
+            }
+            if excess.iter().all(|&e| e == 0) {
+                return;
+            }
+        }
     }
 
     /// Closes the timeline at `end_ns`: exits after the last tick get a final slice.
@@ -167,10 +236,13 @@ mod tests {
         let c = counters(5, 10, 20, 30, 40);
         assert_eq!(counter_delta(None, &c), row(5, 10, 20, 30, 40));
         let later = counters(5, 15, 20, 31, 40);
-        assert_eq!(counter_delta(Some(&c), &later), row(5, 5, 0, 1, 0));
+        assert_eq!(counter_delta(Some(&states(&c)), &later), row(5, 5, 0, 1, 0));
         // Counters going backwards mean a new thread with the same TID.
         let reused = counters(5, 1, 0, 0, 0);
-        assert_eq!(counter_delta(Some(&later), &reused), row(5, 1, 0, 0, 0));
+        assert_eq!(
+            counter_delta(Some(&states(&later)), &reused),
+            row(5, 1, 0, 0, 0)
+        );
     }
 
     #[test]
@@ -230,12 +302,108 @@ mod tests {
         // The recorder first saw 40 ns queued, then learned the thread had been running.
         let prev = counters(7, 10, 40, 0, 0);
         let cur = counters(7, 80, 0, 0, 0);
-        let d = counter_delta(Some(&prev), &cur);
+        let d = counter_delta(Some(&states(&prev)), &cur);
         assert_eq!((d.on_cpu_ns, d.runqueue_ns), (30, 0));
         assert_eq!(
             d.on_cpu_ns + d.runqueue_ns,
             cur.lifetime_ns() - prev.lifetime_ns()
         );
+    }
+
+    /// Sums each state over every slice of thread `tid`.
+    fn shown_by_state(slices: &[TickSlice], tid: u32) -> States {
+        let mut sum = [0u64; 4];
+        for d in slices
+            .iter()
+            .flat_map(|s| &s.threads)
+            .filter(|d| d.tid == tid)
+        {
+            let v = [d.on_cpu_ns, d.runqueue_ns, d.io_wait_ns, d.blocked_ns];
+            for (s, v) in sum.iter_mut().zip(v) {
+                *s += v;
+            }
+        }
+        sum
+    }
+
+    fn lifetimes(slices: &[TickSlice]) -> Vec<u64> {
+        slices
+            .iter()
+            .map(|s| {
+                s.threads
+                    .iter()
+                    .map(|d| d.on_cpu_ns + d.runqueue_ns + d.io_wait_ns + d.blocked_ns)
+                    .sum()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_state_shown_too_much_is_moved_back_in_the_slice_that_showed_it() {
+        // A tick shows 40 ns queued; the next reading says the thread was running instead.
+        // Slices of the old rule kept the 40 ns queued for ever: 90 queued and 40 on-CPU by
+        // the end, where the counters say 50 and 80.
+        let mut b = TimelineBuilder::new();
+        b.tick(100, 0, &[counters(7, 10, 40, 0, 50)]);
+        b.tick(200, 0, &[counters(7, 80, 0, 0, 50)]);
+        b.tick(300, 0, &[counters(7, 80, 30, 0, 90)]);
+        b.exit(&counters(7, 80, 50, 0, 120));
+        let slices = b.finish(0, 350);
+        assert_eq!(slices[0].threads, [row(7, 50, 0, 0, 50)]);
+        assert_eq!(shown_by_state(&slices, 7), [80, 50, 0, 120]);
+        // Every slice still holds exactly the lifetime gained since the last one.
+        assert_eq!(lifetimes(&slices), [100, 30, 70, 50]);
+    }
+
+    /// Ticks of one thread whose counters gain time in a random state, and sometimes move
+    /// some of one state into another, as the recorder's corrections do.
+    fn random_ticks(b: &mut TimelineBuilder, next: &mut impl FnMut(u64) -> u64, n: u64) -> States {
+        let mut c = [0u64; 4];
+        for t in 1..=n {
+            c[next(4) as usize] += next(1000);
+            let (from, to) = (next(4) as usize, next(4) as usize);
+            if next(3) == 0 {
+                let moved = c[from].min(next(500));
+                c[from] -= moved;
+                c[to] += moved;
+            }
+            b.tick(t * 1000, 0, &[counters(1, c[0], c[1], c[2], c[3])]);
+        }
+        c
+    }
+
+    #[test]
+    fn random_corrections_keep_the_lifetime_and_end_on_the_counters() {
+        // A small xorshift keeps the test deterministic without a dependency.
+        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        for _ in 0..200 {
+            // Within the reach of a move back, the slices end exactly on the counters, and
+            // each slice's lifetime is the one the counters gained.
+            let mut b = TimelineBuilder::new();
+            let c = random_ticks(&mut b, &mut next, 12);
+            let slices = b.finish(0, 30_000);
+            assert_eq!(shown_by_state(&slices, 1), c);
+            assert_eq!(
+                lifetimes(&slices).iter().sum::<u64>(),
+                c.iter().sum::<u64>()
+            );
+
+            // Beyond it, what is left is paid back once the over-shown state grows again.
+            let mut b = TimelineBuilder::new();
+            let mut c = random_ticks(&mut b, &mut next, 64);
+            for v in &mut c {
+                *v += 100_000;
+            }
+            b.exit(&counters(1, c[0], c[1], c[2], c[3]));
+            let slices = b.finish(0, 100_000);
+            assert_eq!(shown_by_state(&slices, 1), c);
+        }
     }
 
     #[test]
