@@ -13,7 +13,11 @@
 //!
 //! Either way, only time with a collective outstanding on the GPU's feeders can be waiting:
 //! from when a rank queued it to the end of the first sync that waited for it (directly, via
-//! `cuStreamWaitEvent`, or the whole context; see [`crate::cuda::build`]).
+//! `cuStreamWaitEvent`, or the whole context; see [`crate::cuda::build`]). One exception: until
+//! the probes saw a feeder's first call, a collective queued before they attached could not be
+//! seen, so on a rank's GPU that stretch may be waiting too, told by the signal alone (a
+//! recording that starts while the ranks wait for a straggler would otherwise call the wait
+//! work).
 use std::collections::BTreeMap;
 
 use serde::Serialize;
@@ -134,9 +138,11 @@ fn outstanding(a: &Analysis, pids: &[u32]) -> Spans {
     Spans::from(spans)
 }
 
-/// The processes feeding a GPU.
-fn feeder_pids(a: &Analysis, g: &GpuTimeline) -> Vec<u32> {
-    let mut pids: Vec<u32> = Roles::for_gpu(a, g)
+/// When a GPU may have waited: its feeders' collectives outstanding, and, if it has any, the
+/// stretch before the probes saw a feeder's first call.
+fn waiting_possible(a: &Analysis, g: &GpuTimeline) -> Spans {
+    let roles = Roles::for_gpu(a, g);
+    let mut pids: Vec<u32> = roles
         .feeders
         .iter()
         .filter_map(|t| a.threads.get(t).map(|t| t.pid))
@@ -144,7 +150,21 @@ fn feeder_pids(a: &Analysis, g: &GpuTimeline) -> Vec<u32> {
     pids.extend(g.info.target_pids.iter().copied());
     pids.sort_unstable();
     pids.dedup();
-    pids
+    let mut spans = outstanding(a, &pids);
+    if !spans.0.is_empty() {
+        let end_of_recording = a.start_ns.saturating_add(a.duration_ns);
+        let unseen_until = roles
+            .feeders
+            .iter()
+            .filter_map(|t| a.threads.get(t))
+            .filter_map(|t| a.cuda.watched_since(t.pid, t.tid))
+            .min();
+        if let Some(until) = unseen_until {
+            spans.0.push((a.start_ns, until.min(end_of_recording)));
+            spans = Spans::from(spans.0);
+        }
+    }
+    spans
 }
 
 /// One GPM interval: SM activity per busy time, and how much a collective was outstanding.
@@ -257,7 +277,7 @@ pub fn calibration(analyses: &[&Analysis]) -> Calibration {
             a.gpus
                 .values()
                 .filter(|g| !g.samples.is_empty())
-                .map(|g| gpm_intervals(g, &outstanding(a, &feeder_pids(a, g))))
+                .map(|g| gpm_intervals(g, &waiting_possible(a, g)))
         })
         .collect();
     Calibration(calibrate(&per_gpu))
@@ -269,7 +289,7 @@ pub fn derive(a: &Analysis, calibration: &Calibration) -> BTreeMap<u32, GpuWaiti
         .gpus
         .values()
         .filter(|g| !g.samples.is_empty())
-        .map(|g| (g, outstanding(a, &feeder_pids(a, g))))
+        .map(|g| (g, waiting_possible(a, g)))
         .collect();
     let intervals: Vec<Vec<GpmInterval>> =
         gpus.iter().map(|(g, out)| gpm_intervals(g, out)).collect();
@@ -332,14 +352,20 @@ fn by_gpm(
         .iter()
         .map(|s| {
             let (start, end) = (s.start_ns(), s.ts_ns);
-            let mid = start + (end - start) / 2;
             let u = f64::from(s.util_pct.min(100)) / 100.0;
-            // Intervals are in time order and disjoint: the last one starting by `mid`.
-            let at = gpm.partition_point(|i| i.start <= mid);
-            let Some(i) = at.checked_sub(1).map(|k| &gpm[k]).filter(|i| mid < i.end) else {
+            // GPM's intervals and NVML's sample periods are not aligned: the share is that of
+            // the intervals overlapping the period, weighted by their overlap.
+            let from = gpm.partition_point(|i| i.end <= start);
+            let (mut weighted, mut covered) = (0.0, 0u64);
+            for i in gpm[from..].iter().take_while(|i| i.start < end) {
+                let overlap = i.end.min(end).saturating_sub(i.start.max(start));
+                weighted += overlap as f64 * ((c - i.ratio) / (c - e)).clamp(0.0, 1.0);
+                covered += overlap;
+            }
+            if covered == 0 {
                 return 0.0;
-            };
-            let share = ((c - i.ratio) / (c - e)).clamp(0.0, 1.0);
+            }
+            let share = weighted / covered as f64;
             (u * share).min(out.cover(start, end))
         })
         .collect();
@@ -536,6 +562,71 @@ mod tests {
             "{waited} {:?}",
             w[&0].fractions
         );
+    }
+
+    #[test]
+    fn a_wait_under_way_when_the_probes_attached_is_told_by_gpm_alone() {
+        // The recording starts while rank 0 waits for its straggler: the all-reduce it waits
+        // in was queued before the probes came, and its first call seen is at 800 ms. GPM
+        // shows waiting's 15% until then, compute's 90% and waiting in turn after.
+        let sm0: Vec<u32> = (0..10)
+            .map(|i| if i < 4 || i % 2 == 1 { 15 } else { 90 })
+            .collect();
+        let mut a = analysis(
+            vec![
+                gpu(0, 10, &[100; 20], &sm0),
+                gpu(1, 11, &[50; 20], &[90; 10]),
+            ],
+            (2..5)
+                .flat_map(|k| {
+                    [
+                        span(10, k, k * 4 * P + 2 * P, Some(k * 4 * P + 4 * P)),
+                        span(11, k, k * 4 * P + 3 * P, Some(k * 4 * P + 4 * P)),
+                    ]
+                })
+                .collect(),
+        );
+        let first_call = crate::recording::record::CudaCall {
+            tid: 10,
+            pid: 10,
+            start_ns: 8 * P,
+            end_ns: 8 * P + 1,
+            api: "cuStreamSynchronize".into(),
+            op: crate::cuda::CudaOp::Sync {
+                scope: crate::cuda::SyncScope::Stream,
+                handle: 1,
+            },
+            status: 0,
+            caller: String::new(),
+        };
+        a.cuda.calls = vec![first_call];
+        let w = derive_alone(&a);
+        let before: f64 = w[&0].fractions[..8].iter().sum();
+        assert!((before - 8.0).abs() < 0.3, "{:?}", w[&0].fractions);
+        // After it, only the halves with a collective outstanding wait.
+        let after: f64 = w[&0].fractions[8..].iter().sum();
+        assert!((after - 6.0).abs() < 0.3, "{:?}", w[&0].fractions);
+    }
+
+    #[test]
+    fn a_sample_straddling_two_gpm_intervals_takes_both_shares() {
+        // GPM intervals start 50 ms after the samples: [50, 250) waited (15% of SMs),
+        // [250, 450) computed (90%), and so on; a collective is outstanding throughout.
+        let mut g = gpu(0, 10, &[100; 20], &[]);
+        g.states = (0..11)
+            .map(|i| GpuState {
+                gpu: 0,
+                ts_ns: P / 2 + i * 2 * P,
+                sm_active_pct: Some(if i % 2 == 1 { 15 } else { 90 }),
+                ..GpuState::default()
+            })
+            .collect();
+        let a = analysis(vec![g], vec![span(10, 0, 0, Some(20 * P))]);
+        let w = derive_alone(&a);
+        let f = &w[&0].fractions;
+        // [100, 200) lies in the waiting interval; [200, 300) half in each.
+        assert!(f[1] > 0.95, "{f:?}");
+        assert!((f[2] - 0.5).abs() < 0.05, "{f:?}");
     }
 
     #[test]

@@ -333,7 +333,9 @@ pub fn build(
                     SyncScope::Context => queues.all_streams(c.pid),
                 };
                 let end = c.end_ns.max(c.start_ns);
-                for q in &outstanding {
+                // A sync cut off by the end of the recording saw nothing complete.
+                let returned = c.status != crate::recording::record::IN_PROGRESS;
+                for q in outstanding.iter().filter(|_| returned) {
                     if let Queued::Collective(span) = *q {
                         collectives[span].done_ns = Some(end);
                     }
@@ -708,6 +710,16 @@ mod tests {
             [(0, 100, Some(190)), (1, 200, Some(290)), (2, 302, None)]
         );
         assert!(v.event_deps.contains(&7));
+    }
+
+    #[test]
+    fn a_sync_cut_off_by_the_end_of_the_recording_completes_no_collective() {
+        let mut calls = ddp_step(100, true);
+        calls.extend(ddp_step(200, true));
+        calls.last_mut().unwrap().status = crate::recording::record::IN_PROGRESS;
+        let v = build(calls, Vec::new(), &BTreeMap::new(), 0);
+        let done: Vec<Option<u64>> = v.collectives.iter().map(|c| c.done_ns).collect();
+        assert_eq!(done, [Some(190), None]);
     }
 
     #[test]
