@@ -48,6 +48,25 @@ impl ThreadStats {
         Some(back)
     }
 
+    /// As [`Self::found_running`], with per-thread switch events, where no program runs at a
+    /// switch-in: the thread came back at `switched_in_ns` by the scheduler's account (its
+    /// `sched_info.last_arrival`, 0 when unknown). Its off-CPU period ends there, held
+    /// between where the period began (a switch-in before the programs attached) and `now`
+    /// (an estimate past the clock read); unknown, it ends where it began.
+    #[inline(always)]
+    pub fn came_back_at(&mut self, switched_in_ns: u64, now: u64) -> Option<u64> {
+        if self.state == state::ON_CPU {
+            return None;
+        }
+        let back = if switched_in_ns == 0 {
+            self.since_ns
+        } else {
+            switched_in_ns.clamp(self.since_ns, now.max(self.since_ns))
+        };
+        self.come_back(back);
+        Some(back)
+    }
+
     /// At a switch-out, with the kernel's `sched_info.run_delay` of the thread: its growth
     /// since the previous switch-out is the run-queue tail of the last off-CPU period (woken,
     /// waiting for a CPU), which moves out of the bucket the period was credited to.
@@ -115,6 +134,30 @@ mod tests {
         assert_eq!(s.found_running(130, 140), Some(130));
         s.credit(200);
         assert_eq!(buckets(&s), [100 + 70, 30, 0, 0]);
+    }
+
+    #[test]
+    fn a_switch_in_ends_the_wait_where_the_scheduler_says_it_came_back() {
+        let mut s = seeded(state::ON_CPU, 0);
+        // Preempted at 100; back on a CPU at 130 by the scheduler's account, seen at 140.
+        s.credit(100);
+        s.state = state::RUNQUEUE;
+        assert_eq!(s.came_back_at(130, 140), Some(130));
+        s.credit(140);
+        assert_eq!(buckets(&s), [110, 30, 0, 0]);
+        assert_eq!(s.came_back_at(150, 160), None, "already on-CPU");
+    }
+
+    #[test]
+    fn a_scheduler_switch_in_outside_the_wait_is_held_to_it() {
+        // Before the wait began (before attach): the wait ends where it began. Past the clock
+        // read (an estimate off a stale clock): it ends now. Unknown: where it began.
+        for (at, back) in [(50, 100), (300, 200), (0, 100)] {
+            let mut s = seeded(state::BLOCKED, 100);
+            assert_eq!(s.came_back_at(at, 200), Some(back), "switch-in at {at}");
+            s.credit(200);
+            assert_eq!(buckets(&s)[0], 200 - back, "switch-in at {at}");
+        }
     }
 
     #[test]

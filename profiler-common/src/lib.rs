@@ -52,7 +52,10 @@ pub struct ThreadStats {
     pub off_len_ns: u64,
     /// The thread this entry of the `SLOTS` table belongs to; 0 while the entry is free.
     pub tid: u32,
-    pub _pad: u32,
+    /// With per-thread switch events: the low half of the kernel's `sched_info.pcount` (runs
+    /// on a CPU) at the last switch-out counted, so that a thread that carries two events
+    /// (one opened for it, one inherited) has each switch counted once.
+    pub runs_counted: u32,
 }
 
 /// Most threads tracked at once: entries of the kernel's `SLOTS` table, unless user space
@@ -80,6 +83,16 @@ pub struct CpuSlot {
     pub _pad: u32,
     /// The last switch seen on this CPU; 0 before the first.
     pub ts_ns: u64,
+}
+
+/// How tracked threads' context switches reach the programs: the value of the eBPF
+/// `SWITCH_HOOK` map, set by user space before attaching.
+pub mod switch_hook {
+    /// `sched_switch`'s BTF tracepoint, which runs on every context switch of the host.
+    pub const TRACEPOINT: u32 = 0;
+    /// A software context-switch perf event on each tracked thread (inherited by the threads
+    /// it creates); switch-ins from the scheduler's `sched_info.last_arrival`.
+    pub const PER_THREAD: u32 = 1;
 }
 
 /// Ring-buffer record kinds; the first `u32` of every record.
@@ -428,6 +441,17 @@ pub struct Offsets {
     pub filemap_order: u32,
     /// `task_struct.sched_info.run_delay`; 0 when the kernel has no sched_info.
     pub task_run_delay: u32,
+    /// For per-thread switch events (see [`switch_hook`]): `task_struct.__state`;
+    /// `task_struct.sched_info.last_arrival` and `.pcount` (when the task last got a CPU, on
+    /// its run queue's clock, and how many times it has); `task_struct.se.cfs_rq`,
+    /// `cfs_rq.rq` and `rq.clock` (the run queue's clock, read at a switch-out, when the
+    /// scheduler has just updated it). `rq_clock` is 0 when any of them is missing.
+    pub task_state: u32,
+    pub task_last_arrival: u32,
+    pub task_pcount: u32,
+    pub task_cfs_rq: u32,
+    pub cfs_rq_rq: u32,
+    pub rq_clock: u32,
     pub _pad: u32,
 }
 

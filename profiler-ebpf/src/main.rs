@@ -12,6 +12,7 @@ mod filemap;
 mod maps;
 mod oncpu;
 mod sched;
+mod switch_event;
 
 #[cfg(not(test))]
 #[panic_handler]

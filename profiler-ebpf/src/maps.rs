@@ -76,6 +76,28 @@ pub fn thread_stats(tid: u32) -> Option<*mut ThreadStats> {
 #[map]
 pub static CPU_CURRENT: PerCpuArray<CpuSlot> = PerCpuArray::with_max_entries(1, 0);
 
+/// Per CPU: `bpf_ktime_get_ns` less the run queue's clock, as measured at the last tracked
+/// switch-out there with per-thread switch events, when the scheduler had just updated that
+/// clock (index 0: the gap, as a wrapping difference; index 1: non-zero once measured).
+/// Elsewhere the run queue's clock may be a whole scheduler tick old; this turns the
+/// scheduler's `last_arrival` into our clock.
+#[map]
+pub static CLOCK_GAP: PerCpuArray<u64> = PerCpuArray::with_max_entries(2, 0);
+
+/// How tracked threads' switches reach us (`profiler_common::switch_hook`), set by user space
+/// after load: a map, not .rodata, since it is chosen from rates measured while the programs
+/// load, and only the programs that run outside switches (samples, exits) read it.
+#[map]
+pub static SWITCH_HOOK: Array<u32> = Array::with_max_entries(1, 0);
+
+/// Whether tracked threads carry per-thread switch events rather than the tracepoint.
+#[inline(always)]
+pub fn per_thread_switches() -> bool {
+    SWITCH_HOOK
+        .get(0)
+        .is_some_and(|&m| m == profiler_common::switch_hook::PER_THREAD)
+}
+
 /// Per CPU: the user stack copy being built, too large for the BPF stack and sent with only
 /// the bytes it holds (a ring-buffer reservation has a fixed size).
 #[map]
@@ -146,6 +168,12 @@ pub static OFFSETS: Offsets = Offsets {
     filemap_dev: 0,
     filemap_order: 0,
     task_run_delay: 0,
+    task_state: 0,
+    task_last_arrival: 0,
+    task_pcount: 0,
+    task_cfs_rq: 0,
+    cfs_rq_rq: 0,
+    rq_clock: 0,
     _pad: 0,
 };
 

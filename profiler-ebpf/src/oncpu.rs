@@ -8,6 +8,8 @@
 //! computes. A sample that finds a tracked thread running is proof that it was switched in:
 //! its off-CPU period ends at the last switch seen on this CPU (or when it began, if later),
 //! as at a switch-out that finds the same, so the error lasts one sampling period at most.
+//! With per-thread switch events, where no switch-in is ever seen, it ends where the
+//! scheduler says the thread got its CPU.
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns},
     macros::perf_event,
@@ -17,8 +19,9 @@ use profiler_common::{CpuSample, kind, state};
 
 use crate::{
     emit::{capture_stack, header, reserve, send_py_stack, send_user_stack, wakeup_flags},
-    maps::{CPU_CURRENT, slot_of, slot_stats},
+    maps::{CPU_CURRENT, per_thread_switches, slot_of, slot_stats},
     sched::found_running,
+    switch_event::{current_task, found_running_at},
 };
 
 #[perf_event]
@@ -36,7 +39,10 @@ pub fn cpu_sample(ctx: PerfEventContext) -> u32 {
     // The thread is running here, so no other CPU's switch touches its entry, and this
     // CPU's switches run with interrupts off, so none interleaves with this.
     let now = unsafe { bpf_ktime_get_ns() };
-    if st.state != state::ON_CPU
+    if st.state != state::ON_CPU && per_thread_switches() {
+        // No switch-in is seen with per-thread events: the scheduler says when it was.
+        found_running_at(st, tid, current_task(), now, false);
+    } else if st.state != state::ON_CPU
         && let Some(cpu) = CPU_CURRENT.get_ptr_mut(0)
     {
         // SAFETY: this CPU's record; its switches cannot run while this does.

@@ -1,5 +1,7 @@
 //! Scheduler accounting from BTF tracepoints: each tracked thread's time is split into
 //! on-CPU, run-queue wait, IO wait and other blocked time, and new threads are followed.
+//! Switches reach it through `sched_switch` here, or through per-thread perf events (see
+//! switch_event.rs), as user space chose (`maps::SWITCH_HOOK`).
 //!
 //! There is no wake-up program: every wake-up in the system would run it, tracked or not.
 //! An off-CPU period is credited whole to its state (blocked, IO, or run queue when
@@ -13,6 +15,7 @@
 //! tracked `prev`'s `run_delay` and `in_iowait`, a forked task's ids) are read at offsets
 //! user space found in BTF, with plain loads the verifier checks once (see `task_field`).
 use aya_ebpf::{
+    EbpfContext,
     helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns},
     macros::btf_tracepoint,
     programs::BtfTracePointContext,
@@ -21,35 +24,40 @@ use profiler_common::{Header, OffCpuSample, ThreadExit, ThreadNew, ThreadStats, 
 
 use crate::{
     emit::{capture_stack, count, header, reserve, send_py_stack, send_user_stack, wakeup_flags},
-    maps::{CPU_CURRENT, FREE_SLOTS, config, covered, offset, set_slot, slot_of, slot_stats},
+    maps::{
+        CPU_CURRENT, FREE_SLOTS, config, covered, offset, per_thread_switches, set_slot, slot_of,
+        slot_stats,
+    },
 };
 
 const TASK_RUNNING: u64 = 0;
 
-/// A field of a task, read with a plain load. Every `task` here is a typed pointer from a
-/// BTF tracepoint's arguments and every offset a constant of the frozen .rodata, so the
-/// verifier checks each access against the kernel's BTF once, at load, where a checked read
-/// would cost a helper call on every run: on every context switch of the host, for `next`.
+/// A field of a task (or of a structure reached from one), read with a plain load. Every
+/// `task` here is a BTF pointer (a BTF tracepoint's argument, `bpf_get_current_task_btf`'s
+/// result, or a pointer field loaded from one) and every offset a constant of the frozen
+/// .rodata, so the verifier checks each access against the kernel's BTF once, at load, where
+/// a checked read would cost a helper call on every run: on every context switch of the
+/// host, for `next`.
 ///
 /// # Safety
 ///
-/// `task` must be a `task_struct` pointer argument of a BTF tracepoint and `offset` the
-/// offset of a `T`-sized field in it.
+/// `task` must be such a pointer and `offset` the offset of a `T`-sized field in what it
+/// points to.
 #[inline(always)]
-unsafe fn task_field<T: Copy>(task: *const u8, offset: u32) -> T {
+pub unsafe fn task_field<T: Copy>(task: *const u8, offset: u32) -> T {
     // SAFETY: per the contract above; the verifier rejects any other access at load.
     unsafe { core::ptr::read_volatile(task.add(offset as usize) as *const T) }
 }
 
 /// Settles the run-queue tail of the thread's last off-CPU period (see
-/// [`ThreadStats::settle_run_delay`]). `task` is the thread's own `task_struct`, a tracepoint
-/// argument (see [`task_field`]).
+/// [`ThreadStats::settle_run_delay`]). `task` is the thread's own `task_struct` (see
+/// [`task_field`]).
 #[inline(always)]
 fn settle_run_delay(st: &mut ThreadStats, task: *const u8) {
     if offset!(task_run_delay) == 0 {
         return;
     }
-    // SAFETY: `task` is a tracepoint's task argument; the offset is BTF's `sched_info.run_delay`.
+    // SAFETY: `task` is a BTF task pointer; the offset is BTF's `sched_info.run_delay`.
     let rd: u64 = unsafe { task_field(task, offset!(task_run_delay)) };
     st.settle_run_delay(rd);
 }
@@ -145,18 +153,41 @@ fn switch_out(
     cpu_last_switch_ns: u64,
 ) {
     found_running(st, tid, cpu_last_switch_ns, now);
-    st.credit(now);
     let prev: *const u8 = ctx.arg(1);
-    settle_run_delay(st, prev);
     let preempt = ctx.arg::<u64>(0) & 0xff != 0;
     let prev_state = ctx.arg::<u64>(3) & 0xffff_ffff;
-    if preempt || prev_state == TASK_RUNNING {
+    leave_cpu(
+        ctx,
+        st,
+        tid,
+        prev,
+        now,
+        preempt || prev_state == TASK_RUNNING,
+    );
+}
+
+/// A tracked thread leaves its CPU at `now`, runnable (preempted, or yielding) or not:
+/// credits its on-CPU interval and opens the off-CPU one, in the run queue, in IO wait or
+/// blocked, with a stack sample now and then. `task` is the thread's own `task_struct` (see
+/// [`task_field`]).
+#[inline(always)]
+pub fn leave_cpu<C: EbpfContext>(
+    ctx: &C,
+    st: &mut ThreadStats,
+    tid: u32,
+    task: *const u8,
+    now: u64,
+    runnable: bool,
+) {
+    st.credit(now);
+    settle_run_delay(st, task);
+    if runnable {
         st.state = state::RUNQUEUE;
         return;
     }
-    // SAFETY: `prev` is the tracepoint's task argument; the offset is the byte that holds the
+    // SAFETY: `task` is a BTF task pointer; the offset is the byte that holds the
     // `in_iowait` bit.
-    let iowait_byte: u8 = unsafe { task_field(prev, offset!(task_in_iowait_byte)) };
+    let iowait_byte: u8 = unsafe { task_field(task, offset!(task_in_iowait_byte)) };
     let mask = offset!(task_in_iowait_mask);
     st.state = if mask != 0 && u32::from(iowait_byte) & mask != 0 {
         state::IO_WAIT
@@ -186,7 +217,7 @@ fn switch_out(
 }
 
 #[inline(always)]
-fn end_offcpu(st: &mut ThreadStats, tid: u32, now: u64) {
+pub fn end_offcpu(st: &mut ThreadStats, tid: u32, now: u64) {
     if st.offcpu_pending == 0 {
         return;
     }
@@ -264,7 +295,10 @@ pub fn sched_process_exit(ctx: BtfTracePointContext) -> i32 {
     // nor this CPU's record of its current task, which the final switch-out reads.
     set_slot(tid, 0);
     let now = unsafe { bpf_ktime_get_ns() };
-    if let Some(cpu) = CPU_CURRENT.get_ptr_mut(0) {
+    if per_thread_switches() {
+        // The thread runs this: its off-CPU period ended at its switch-in, as at a switch-out.
+        crate::switch_event::found_running_at(st, tid, task, now, false);
+    } else if let Some(cpu) = CPU_CURRENT.get_ptr_mut(0) {
         // SAFETY: this CPU's record; its switches cannot run while this does.
         let cpu = unsafe { &mut *cpu };
         if cpu.task == task as u64 {

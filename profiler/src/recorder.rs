@@ -9,7 +9,11 @@ use crate::{
     capture::{
         clock::monotonic_ns,
         gpu,
-        kernel::{loader, offsets},
+        kernel::{
+            loader::{self, SwitchHook},
+            offsets, switch_choice,
+            switch_hooks::SwitchHooks,
+        },
         proc::target,
         recording_file::{RecordingFile, WriteFailed},
         segment_files::SegmentFiles,
@@ -97,6 +101,12 @@ pub fn run(args: RecordArgs) -> anyhow::Result<i32> {
     let offsets = layout.offsets;
     let max_threads = args.max_threads;
     let loading = std::thread::spawn(move || loader::load(&offsets, &config, max_threads, &skip));
+    // While the programs load: how often the target switches against the host.
+    let hook_choice = {
+        let (arg, tree): (_, Vec<u32>) = (args.switch_hook, tree.iter().copied().collect());
+        let possible = offsets.rq_clock != 0;
+        std::thread::spawn(move || choose_switch_hook(arg, possible, &tree))
+    };
     let mut decoder = crate::capture::decode::Decoder::with_kernel_symbols(
         match args.unwind {
             UnwindMode::Dwarf => Unwinding::default(),
@@ -148,15 +158,38 @@ pub fn run(args: RecordArgs) -> anyhow::Result<i32> {
                 ..ThreadStats::default()
             }
         })?;
+    let hook = hook_choice
+        .join()
+        .map_err(|_| anyhow::anyhow!("measuring the switch rates panicked"))??;
     let mut unavailable = layout.missing.clone();
     unavailable.extend(loader::attach(
         &mut ebpf,
         args.rate,
         layout.submit_tracepoint,
+        hook,
     )?);
     for (signal, reason) in unavailable.iter().skip(layout.missing.len()) {
         eprintln!("stallscope: warning: {signal} unavailable: {reason}");
     }
+    // After the fork program: a thread created from here on is reported, and the hooks
+    // decide whether it inherited its creator's event.
+    let switch_hooks = match hook {
+        SwitchHook::PerThread => {
+            raise_open_files_limit();
+            let mut hooks = SwitchHooks::default();
+            for s in &seeds {
+                hooks.hook(&mut ebpf, s.tid)?;
+            }
+            if hooks.vanished() > 0 {
+                log::info!(
+                    "{} threads exited between the listing and their hook",
+                    hooks.vanished()
+                );
+            }
+            Some(hooks)
+        }
+        SwitchHook::Tracepoint => None,
+    };
     // Before any other thread starts: capability sets are per thread.
     let kept = privileges::drop_after_attach(!args.no_cuda_probes)?;
     log::info!("capabilities kept after attach: {kept:?}");
@@ -230,6 +263,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<i32> {
     let gpu = (!args.no_gpu)
         .then(|| gpu::GpuSampler::start(args.nvml_lib.clone(), pids.clone(), start_ns));
     let mut session = session::Session::new(ebpf, slots, decoder, writer, pids, gpu, probes);
+    session.switch_hooks = switch_hooks;
     session.python = !args.no_python;
     session.dlopen = dlopen;
     // Each finished segment is reported on a thread of its own while the recording goes on.
@@ -338,4 +372,60 @@ fn end_stdout() {
     // SAFETY: dup2 onto descriptor 1 replaces it atomically; Rust's stdout handle writes to
     // fd 1 by number, so later writes go to /dev/null, never to a closed or reused fd.
     unsafe { libc::dup2(std::os::fd::AsRawFd::as_raw_fd(&null), libc::STDOUT_FILENO) };
+}
+
+/// The hook for the tracked threads' switches: as asked, or (`auto`) the cheaper one for the
+/// rates measured now, said on stderr with the rates.
+fn choose_switch_hook(
+    arg: crate::cli::SwitchHookArg,
+    possible: bool,
+    tree: &[u32],
+) -> anyhow::Result<SwitchHook> {
+    use crate::cli::SwitchHookArg;
+    let without = "this kernel's BTF lacks the scheduler fields they need (sched_info, \
+                   se.cfs_rq, rq.clock)";
+    match arg {
+        SwitchHookArg::Tracepoint => Ok(SwitchHook::Tracepoint),
+        SwitchHookArg::PerThread if possible => Ok(SwitchHook::PerThread),
+        SwitchHookArg::PerThread => anyhow::bail!("--switch-hook per-thread: {without}"),
+        SwitchHookArg::Auto if !possible => {
+            log::info!("per-thread switch events unavailable: {without}");
+            Ok(SwitchHook::Tracepoint)
+        }
+        SwitchHookArg::Auto => {
+            let rates = switch_choice::measure(tree)?;
+            let hook = switch_choice::choose(&rates);
+            eprintln!(
+                "stallscope: context switches seen by {} (the target made {:.0}/s, {:.1}% of \
+                 the host's {:.0}/s; --switch-hook to choose)",
+                match hook {
+                    SwitchHook::PerThread => "per-thread events",
+                    SwitchHook::Tracepoint => "the sched_switch tracepoint",
+                },
+                rates.target_per_s,
+                rates.target_share() * 100.0,
+                rates.host_per_s
+            );
+            Ok(hook)
+        }
+    }
+}
+
+/// Each tracked thread listed at attach holds two descriptors with per-thread switch events
+/// (its event and the program's link to it): a large job's threads pass the usual soft limit
+/// of 1024.
+fn raise_open_files_limit() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `lim` is a valid rlimit for the call to fill, then to set.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                log::debug!("raising RLIMIT_NOFILE: {}", std::io::Error::last_os_error());
+            }
+        }
+    }
 }

@@ -16,7 +16,7 @@ use common::{
     spawned::Spawned,
     stallscope::{
         RECORD_TIMEOUT, Recording, assert_close, assert_covers_window, assert_in_range,
-        assert_success, command, record, split, thread, u64_field, window,
+        assert_success, command, record_with, split, thread, u64_field, window,
     },
     workload::Workload,
 };
@@ -24,12 +24,17 @@ use common::{
 /// Long enough to outlive attach, a 3 s recording and the report; killed afterwards.
 const WORKLOAD_SECS: &str = "15";
 
-/// Starts a workload, records it for 3 s while the oracle samples /proc every `every`, and
-/// returns all three.
-fn measure(args: &[&str], every: Duration) -> (Workload, Recording, Samples) {
+/// The recorder's options that see switches through per-thread perf events rather than the
+/// `sched_switch` tracepoint (see profiler's switch_choice.rs): the same oracles must hold.
+const PER_THREAD: &[&str] = &["--switch-hook", "per-thread"];
+const TRACEPOINT: &[&str] = &["--switch-hook", "tracepoint"];
+
+/// Starts a workload, records it for 3 s (with `extra` options) while the oracle samples
+/// /proc every `every`, and returns all three.
+fn measure(args: &[&str], every: Duration, extra: &[&str]) -> (Workload, Recording, Samples) {
     let w = Workload::start(args);
     let sampler = Sampler::start(w.pid, &w.tids(), every);
-    let rec = record(&[w.pid], "3s");
+    let rec = record_with(&[w.pid], "3s", extra);
     let samples = sampler.stop();
     (w, rec, samples)
 }
@@ -37,7 +42,7 @@ fn measure(args: &[&str], every: Duration) -> (Workload, Recording, Samples) {
 #[test]
 fn spinner_is_on_cpu() {
     let _serial = serial();
-    let (w, rec, samples) = measure(&["spin", "--secs", WORKLOAD_SECS], COUNTERS_EVERY);
+    let (w, rec, samples) = measure(&["spin", "--secs", WORKLOAD_SECS], COUNTERS_EVERY, &[]);
     let (start, end) = window(&rec.report);
     let t = thread(&rec.report, w.pid);
     assert_covers_window(t, &rec.report);
@@ -50,11 +55,21 @@ fn spinner_is_on_cpu() {
 
 #[test]
 fn pinned_spinners_share_one_cpu() {
+    pinned_spinners(TRACEPOINT);
+}
+
+#[test]
+fn pinned_spinners_share_one_cpu_with_per_thread_events() {
+    pinned_spinners(PER_THREAD);
+}
+
+fn pinned_spinners(extra: &[&str]) {
     let _serial = serial();
     let cpu = common::last_allowed_cpu().to_string();
     let (w, rec, samples) = measure(
         &["pinned", "--cpu", &cpu, "--secs", WORKLOAD_SECS],
         COUNTERS_EVERY,
+        extra,
     );
     let (start, end) = window(&rec.report);
     let spinners: Vec<u32> = w.tids().into_iter().filter(|&t| t != w.pid).collect();
@@ -73,6 +88,15 @@ fn pinned_spinners_share_one_cpu() {
 
 #[test]
 fn cold_reader_waits_on_io() {
+    cold_reader(TRACEPOINT);
+}
+
+#[test]
+fn cold_reader_waits_on_io_with_per_thread_events() {
+    cold_reader(PER_THREAD);
+}
+
+fn cold_reader(extra: &[&str]) {
     let _serial = serial();
     // Before the workload starts: see enable_delay_accounting.
     procfs::enable_delay_accounting();
@@ -87,7 +111,7 @@ fn cold_reader_waits_on_io() {
         "--secs",
         WORKLOAD_SECS,
     ];
-    let (w, rec, samples) = measure(&args, STATES_EVERY);
+    let (w, rec, samples) = measure(&args, STATES_EVERY, extra);
     let (start, end) = window(&rec.report);
     let t = thread(&rec.report, w.pid);
     assert_covers_window(t, &rec.report);
@@ -162,8 +186,27 @@ fn cold_reader_waits_on_io() {
 
 #[test]
 fn sleeper_is_blocked() {
+    sleeper(TRACEPOINT);
+}
+
+/// A sleeper beside an untraced ping-pong (whose every round is two switches, on any
+/// machine) makes a small share of the host's switches: `--switch-hook auto` takes
+/// per-thread events, says so, and the account holds.
+#[test]
+fn sleeper_is_blocked_with_per_thread_events_chosen_for_it() {
+    let cpu = common::last_allowed_cpu().to_string();
+    let _busy_host = Workload::start(&["pingpong", "--secs", WORKLOAD_SECS, "--cpu", &cpu]);
+    let rec = sleeper(&["--switch-hook", "auto"]);
+    let said = &rec.finished.stderr;
+    assert!(
+        said.contains("context switches seen by per-thread events"),
+        "auto should take per-thread events for a sleeper: {said}"
+    );
+}
+
+fn sleeper(extra: &[&str]) -> Recording {
     let _serial = serial();
-    let (w, rec, samples) = measure(&["sleep", "--secs", WORKLOAD_SECS], COUNTERS_EVERY);
+    let (w, rec, samples) = measure(&["sleep", "--secs", WORKLOAD_SECS], COUNTERS_EVERY, extra);
     let (start, end) = window(&rec.report);
     let t = thread(&rec.report, w.pid);
     assert_covers_window(t, &rec.report);
@@ -182,6 +225,7 @@ fn sleeper_is_blocked() {
     let o = samples.split(w.pid, start, end);
     eprintln!("stallscope: {s:?}\nkernel: {o:?}");
     assert_in_range("sleeper on-CPU", s.on_cpu, o.on_cpu_range());
+    rec
 }
 
 /// A thread switched in without a `sched_switch` the programs saw must read as on-CPU within

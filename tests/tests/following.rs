@@ -250,6 +250,20 @@ fn short_lived_threads_each_get_their_own_account() {
     }
 }
 
+/// With per-thread switch events, threads created after attach inherit their creator's
+/// event (or get their own when created near its opening): each still gets its own account.
+#[test]
+fn short_lived_threads_each_get_their_own_account_with_per_thread_events() {
+    let _serial = serial();
+    let extra = ["--switch-hook", "per-thread"];
+    if let Err(first) = churned_apart(&record_churn(200, 5, &extra)) {
+        stallscope_tests::reruns::note("short_lived_threads_per_thread", &first);
+        if let Err(e) = churned_apart(&record_churn(200, 5, &extra)) {
+            panic!("{e}");
+        }
+    }
+}
+
 #[test]
 fn threads_beyond_max_threads_are_counted_not_traced() {
     let _serial = serial();

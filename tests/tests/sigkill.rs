@@ -71,7 +71,7 @@ fn sigkill_leaves_no_programs_and_an_unharmed_target() {
     let w = Workload::start(&["spin", "--secs", "30"]);
     let dir = Scratch::new("sigkill");
     let file = dir.join("x.rec");
-    let rec = start_record(&[w.pid], "20s", &file, &[]);
+    let rec = start_record(&[w.pid], "20s", &file, &["--switch-hook", "tracepoint"]);
     wait_tracing(&rec);
     std::thread::sleep(Duration::from_millis(1500));
 

@@ -103,6 +103,9 @@ pub struct Decoder {
     pub malformed: u64,
     /// TIDs the kernel reported as exited.
     pub exited: Vec<u32>,
+    /// Threads the kernel reported created, since the session last took them: TID, parent
+    /// TID, when.
+    pub born: Vec<(u32, u32, u64)>,
     /// The highest slot number a new thread was reported with (see `super::kernel::slots`).
     pub highest_slot: u32,
 }
@@ -289,6 +292,9 @@ impl Decoder {
             }),
             kind::THREAD_NEW | kind::EXEC => read::<ThreadNew>(bytes).map(|new| {
                 self.highest_slot = self.highest_slot.max(new.slot);
+                if h.kind == kind::THREAD_NEW {
+                    self.born.push((h.tid, new.parent_tid, h.ts_ns));
+                }
                 if h.kind == kind::EXEC {
                     self.python.forget(h.pid);
                     self.namer.forget(h.pid);

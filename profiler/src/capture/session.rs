@@ -20,7 +20,7 @@ use super::{
     clock::monotonic_ns,
     decode::Decoder,
     gpu::GpuSampler,
-    kernel::slots::Slots,
+    kernel::{slots::Slots, switch_hooks::SwitchHooks},
     probes::dlopen::DlopenWatch,
     proc::{files::FileNames, target},
     sink::{Sink, write_process},
@@ -71,6 +71,9 @@ pub struct Session {
     pub unprobe: Option<std::thread::JoinHandle<()>>,
     /// `record --segment`: where each finished segment's file goes, and when the next ends.
     pub segments: Option<SegmentClock>,
+    /// With per-thread switch events: which tracked threads carry one.
+    pub switch_hooks: Option<SwitchHooks>,
+    hook_failed: bool,
 }
 
 /// When `record --segment`'s segments end, and who is told of each finished file.
@@ -147,6 +150,8 @@ impl Session {
             dlopen: DlopenWatch::default(),
             unprobe: None,
             segments: None,
+            switch_hooks: None,
+            hook_failed: false,
         }
     }
 
@@ -186,6 +191,23 @@ impl Session {
         let mut out = Vec::new();
         while let Some(item) = ring.next() {
             self.decoder.decode(&item, &mut out);
+        }
+        let born = std::mem::take(&mut self.decoder.born);
+        let exited = std::mem::take(&mut self.decoder.exited);
+        if let Some(hooks) = self.switch_hooks.as_mut() {
+            for (tid, parent, born_ns) in born {
+                if let Err(e) = hooks.born(&mut self.ebpf, tid, parent, born_ns) {
+                    // The thread's switch-outs go unseen: it reads as on-CPU from its first
+                    // sample on. Said once per recording, with the first cause.
+                    if !self.hook_failed {
+                        self.hook_failed = true;
+                        eprintln!("stallscope: warning: {e:#}; that thread's time is not split");
+                    }
+                }
+            }
+            for tid in exited {
+                hooks.exited(tid);
+            }
         }
         self.write_all(out)
     }

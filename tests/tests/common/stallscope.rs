@@ -69,9 +69,14 @@ pub struct Recording {
 
 /// Records `pids` for `duration` and checks the run succeeded.
 pub fn record(pids: &[u32], duration: &str) -> Recording {
+    record_with(pids, duration, &[])
+}
+
+/// As [`record`], with more `record` options.
+pub fn record_with(pids: &[u32], duration: &str, extra: &[&str]) -> Recording {
     let dir = Scratch::new("rec");
     let file = dir.join("x.rec");
-    let finished = start_record(pids, duration, &file, &[]).finish(RECORD_TIMEOUT);
+    let finished = start_record(pids, duration, &file, extra).finish(RECORD_TIMEOUT);
     assert_success(&finished, "stallscope record");
     let report = parse_report(&finished.stdout);
     Recording {

@@ -62,10 +62,15 @@ impl Workload {
             (Self::W4, Tracer::None | Tracer::Stallscope | Tracer::StallscopeEveryLaunch) => true,
             (Self::W5, Tracer::None | Tracer::Stallscope | Tracer::StallscopeNoPython) => true,
             (Self::W1 | Self::W3, Tracer::Agent) => true,
+            (Self::W1 | Self::W1u, Tracer::StallscopePerThread) => true,
             (Self::W4 | Self::W5, _)
-            | (_, Tracer::StallscopeEveryLaunch | Tracer::StallscopeNoPython | Tracer::Agent) => {
-                false
-            }
+            | (
+                _,
+                Tracer::StallscopeEveryLaunch
+                | Tracer::StallscopeNoPython
+                | Tracer::StallscopePerThread
+                | Tracer::Agent,
+            ) => false,
             _ => true,
         }
     }
@@ -112,6 +117,7 @@ impl Config {
             | Tracer::Stallscope
             | Tracer::StallscopeEveryLaunch
             | Tracer::StallscopeNoPython
+            | Tracer::StallscopePerThread
             | Tracer::Agent => {
                 return Ok(&self.stallscope);
             }

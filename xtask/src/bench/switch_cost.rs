@@ -1,4 +1,5 @@
-//! The in-kernel cost of stallscope's `sched_switch` program, per run, from the kernel's own
+//! The in-kernel cost of stallscope's switch program (`sched_switch`, or `switch_out` where
+//! the recorder chose per-thread events), per run, from the kernel's own
 //! BPF statistics (`kernel.bpf_stats_enabled`): the throughput ratios of a two-CPU machine
 //! swing by several percent from run to run, while this figure holds still. Measured in
 //! runs of its own, after the others, since the statistics slow every BPF program a little.
@@ -18,6 +19,8 @@ const STATS_SYSCTL: &str = "/proc/sys/kernel/bpf_stats_enabled";
 /// One measurement: how many times the program ran and its mean time per run.
 pub struct SwitchCost {
     pub case: &'static str,
+    /// The program the recorder ran for switches.
+    pub program: &'static str,
     pub runs: u64,
     pub ns_per_run: f64,
 }
@@ -43,8 +46,9 @@ pub fn measure(cfg: &Config) -> Vec<SwitchCost> {
     let mut out = Vec::new();
     for (case, tracked) in [("tracked (W1)", true), ("untracked (W1u)", false)] {
         match one(cfg, tracked) {
-            Ok((runs, ns)) => out.push(SwitchCost {
+            Ok((program, runs, ns)) => out.push(SwitchCost {
                 case,
+                program,
                 runs,
                 ns_per_run: ns,
             }),
@@ -55,7 +59,7 @@ pub fn measure(cfg: &Config) -> Vec<SwitchCost> {
     out
 }
 
-fn one(cfg: &Config, tracked: bool) -> Result<(u64, f64), String> {
+fn one(cfg: &Config, tracked: bool) -> Result<(&'static str, u64, f64), String> {
     let secs = cfg.secs.min(3).to_string();
     let cpu = cfg.cpu.to_string();
     let dir = cfg.dir.join(format!("switch-cost-{tracked}"));
@@ -74,7 +78,12 @@ fn one(cfg: &Config, tracked: bool) -> Result<(u64, f64), String> {
             l.starts_with("rounds=")
         })
         .ok_or("pingpong printed no totals")
-        .and_then(|_| program_stats("sched_switch").ok_or("no statistics for sched_switch"));
+        .and_then(|_| {
+            ["sched_switch", "switch_out"]
+                .into_iter()
+                .find_map(|p| program_stats(p).map(|(runs, ns)| (p, runs, ns)))
+                .ok_or("no statistics for sched_switch or switch_out")
+        });
     drop(work);
     tracers::detach(tracer, Duration::from_secs(3));
     drop(idle);
@@ -102,12 +111,15 @@ pub fn print(costs: &[SwitchCost]) {
         return;
     }
     println!();
-    println!("### stallscope's `sched_switch` program, per run (kernel BPF statistics)");
+    println!("### stallscope's switch program, per run (kernel BPF statistics)");
     println!();
-    println!("| switches | runs | ns per run |");
-    println!("|---|---|---|");
+    println!("| switches | program | runs | ns per run |");
+    println!("|---|---|---|---|");
     for c in costs {
-        println!("| {} | {} | {:.0} |", c.case, c.runs, c.ns_per_run);
+        println!(
+            "| {} | `{}` | {} | {:.0} |",
+            c.case, c.program, c.runs, c.ns_per_run
+        );
     }
     println!();
     println!(

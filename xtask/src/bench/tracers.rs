@@ -21,6 +21,9 @@ pub enum Tracer {
     StallscopeEveryLaunch,
     /// stallscope without the Python frames (`--no-python`): what reading them costs.
     StallscopeNoPython,
+    /// stallscope seeing switches through per-thread perf events (`--switch-hook
+    /// per-thread`) rather than the `sched_switch` tracepoint.
+    StallscopePerThread,
     /// `stallscope agent --pid`, its recorder cutting segments of a third of the window: every
     /// run then includes segments reported while the tracing goes on.
     Agent,
@@ -33,7 +36,10 @@ impl Tracer {
     pub fn is_stallscope(self) -> bool {
         matches!(
             self,
-            Self::Stallscope | Self::StallscopeEveryLaunch | Self::StallscopeNoPython
+            Self::Stallscope
+                | Self::StallscopeEveryLaunch
+                | Self::StallscopeNoPython
+                | Self::StallscopePerThread
         )
     }
 
@@ -43,6 +49,7 @@ impl Tracer {
             Self::Stallscope => "stallscope",
             Self::StallscopeEveryLaunch => "stallscope --launch-duty 100",
             Self::StallscopeNoPython => "stallscope --no-python",
+            Self::StallscopePerThread => "stallscope --switch-hook per-thread",
             Self::Agent => "stallscope agent",
             Self::Bpftrace => "bpftrace",
             Self::Runqlat => "runqlat",
@@ -111,10 +118,14 @@ pub fn attach(
     // whose stdout is block-buffered into a pipe) BPF link fds appearing in /proc.
     let marker = match t {
         Tracer::None => return Ok(None),
-        Tracer::Stallscope | Tracer::StallscopeEveryLaunch | Tracer::StallscopeNoPython => {
+        Tracer::Stallscope
+        | Tracer::StallscopeEveryLaunch
+        | Tracer::StallscopeNoPython
+        | Tracer::StallscopePerThread => {
             match t {
                 Tracer::StallscopeEveryLaunch => cmd.args(["record", "--launch-duty", "100"]),
                 Tracer::StallscopeNoPython => cmd.args(["record", "--no-python"]),
+                Tracer::StallscopePerThread => cmd.args(["record", "--switch-hook", "per-thread"]),
                 _ => cmd.arg("record"),
             };
             cmd.args(["--pid", &pid_s, "--json", "-d"])

@@ -21,12 +21,15 @@ pub struct VerifierRejection {
     pub log: String,
 }
 
-const SCHED: [&str; 4] = [
-    "sched_switch",
+/// The tracepoint of every context switch on the host (see [`SwitchHook`]).
+const SCHED_SWITCH: &str = "sched_switch";
+const SCHED: [&str; 3] = [
     "sched_process_fork",
     "sched_process_exit",
     "sched_process_exec",
 ];
+/// The program of each tracked thread's context-switch event (see `switch_hooks.rs`).
+const SWITCH_OUT: &str = "switch_out";
 const BLOCK: [&str; 3] = ["block_submit", "block_rq_issue", "block_rq_complete"];
 const FILEMAP: &str = "mm_filemap_add_to_page_cache";
 
@@ -87,7 +90,7 @@ pub fn load(
         prog.load().map_err(|e| rejection("verifier_canary", e))?;
     }
     let btf = Btf::from_sys_fs().map_err(|e| anyhow::anyhow!("reading kernel BTF: {e}"))?;
-    for name in SCHED {
+    for name in std::iter::once(SCHED_SWITCH).chain(SCHED) {
         let prog: &mut BtfTracePoint = program(&mut ebpf, name)?;
         prog.load(name, &btf).map_err(|e| rejection(name, e))?;
     }
@@ -107,6 +110,10 @@ pub fn load(
         .map_err(|e| rejection(crate::capture::probes::dlopen::PROGRAM, e))?;
     let prog: &mut PerfEvent = program(&mut ebpf, "cpu_sample")?;
     prog.load().map_err(|e| rejection("cpu_sample", e))?;
+    if offsets.rq_clock != 0 {
+        let prog: &mut PerfEvent = program(&mut ebpf, SWITCH_OUT)?;
+        prog.load().map_err(|e| rejection(SWITCH_OUT, e))?;
+    }
     if wanted("cuda") {
         for name in [
             crate::capture::probes::cuda::ENTER,
@@ -136,9 +143,20 @@ pub fn attach(
     ebpf: &mut Ebpf,
     sample_hz: u64,
     submit_tracepoint: &str,
+    hook: SwitchHook,
 ) -> anyhow::Result<Vec<(String, String)>> {
     let mut unavailable = Vec::new();
-    for name in SCHED {
+    let mode = match hook {
+        SwitchHook::Tracepoint => profiler_common::switch_hook::TRACEPOINT,
+        SwitchHook::PerThread => profiler_common::switch_hook::PER_THREAD,
+    };
+    let mut modes: aya::maps::Array<_, u32> = aya::maps::Array::try_from(
+        ebpf.map_mut("SWITCH_HOOK")
+            .ok_or_else(|| anyhow::anyhow!("map SWITCH_HOOK missing"))?,
+    )?;
+    modes.set(0, mode, 0)?;
+    let switch_tracepoint = (hook == SwitchHook::Tracepoint).then_some(SCHED_SWITCH);
+    for name in switch_tracepoint.into_iter().chain(SCHED) {
         let prog: &mut BtfTracePoint = program(ebpf, name)?;
         prog.attach()
             .map_err(|e| anyhow::Error::new(e).context(format!("attaching {name}")))?;
@@ -189,6 +207,29 @@ pub fn attach(
         }
     }
     Ok(unavailable)
+}
+
+/// How tracked threads' context switches reach the programs (see `switch_choice.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SwitchHook {
+    Tracepoint,
+    PerThread,
+}
+
+/// Opens a context-switch event on thread `tid` that runs the switch-out program, and that
+/// the kernel copies to every thread and process `tid` creates from then on.
+pub fn hook_switches(ebpf: &mut Ebpf, tid: u32) -> anyhow::Result<()> {
+    let prog: &mut PerfEvent = program(ebpf, SWITCH_OUT)?;
+    prog.attach(
+        PerfEventConfig::Software(SoftwareEvent::ContextSwitches),
+        PerfEventScope::OneProcess {
+            pid: tid,
+            cpu: None,
+        },
+        SamplePolicy::Period(1),
+        true,
+    )?;
+    Ok(())
 }
 
 /// Detaches and unloads every program; the maps stay readable.

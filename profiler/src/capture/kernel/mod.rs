@@ -4,4 +4,6 @@ pub mod btf;
 pub mod loader;
 pub mod offsets;
 pub mod slots;
+pub mod switch_choice;
+pub mod switch_hooks;
 pub mod tracefs;

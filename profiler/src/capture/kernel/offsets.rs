@@ -41,6 +41,35 @@ pub fn read_layout() -> anyhow::Result<Layout> {
             format!("{e}: the run-queue wait after a wake-up is counted as blocked"),
         )),
     }
+    // Per-thread switch events time switch-ins from the scheduler's own account; without
+    // these fields only the tracepoint can be used.
+    let per_thread = || -> anyhow::Result<[u32; 6]> {
+        let one = |outer: &str, member: &str| -> anyhow::Result<u32> {
+            Ok(btf.member_offset(outer, member)?.byte_offset())
+        };
+        let nested = |member: &str, inner: &str, field: &str| -> anyhow::Result<u32> {
+            Ok(one("task_struct", member)? + one(inner, field)?)
+        };
+        Ok([
+            one("task_struct", "__state")?,
+            nested("sched_info", "sched_info", "last_arrival")?,
+            nested("sched_info", "sched_info", "pcount")?,
+            nested("se", "sched_entity", "cfs_rq")?,
+            one("cfs_rq", "rq")?,
+            one("rq", "clock")?,
+        ])
+    };
+    match per_thread() {
+        Ok([state, arrival, pcount, cfs_rq, rq, clock]) => {
+            o.task_state = state;
+            o.task_last_arrival = arrival;
+            o.task_pcount = pcount;
+            o.task_cfs_rq = cfs_rq;
+            o.cfs_rq_rq = rq;
+            o.rq_clock = clock;
+        }
+        Err(e) => log::info!("per-thread switch events unavailable: {e}"),
+    }
     match btf.member_offset("task_struct", "in_iowait") {
         Ok(m) => {
             o.task_in_iowait_byte = m.byte_offset();
