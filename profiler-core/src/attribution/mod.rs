@@ -201,12 +201,7 @@ fn attribute_gpu(
     // Until the probes see the feeder's first CUDA call, its time in CUDA calls is not
     // measured (the probes go on a moment into a recording, and a call already in progress
     // then goes unseen), and a sync spinning on-CPU would pass for host work.
-    let probed_since = roles
-        .feeders
-        .iter()
-        .filter_map(|t| a.threads.get(t))
-        .filter_map(|t| a.cuda.watched_since(t.pid, t.tid))
-        .min();
+    let probed_since = roles.feeders_watched_since(a);
     let launch_rate: f64 = roles
         .feeders
         .iter()

@@ -16,6 +16,16 @@ pub struct Roles {
 }
 
 impl Roles {
+    /// Since when the probes watch the feeders: the earliest of their first calls seen (see
+    /// [`crate::cuda::CudaView::watched_since`]); `None` when no feeder's process was probed.
+    pub fn feeders_watched_since(&self, a: &Analysis) -> Option<u64> {
+        self.feeders
+            .iter()
+            .filter_map(|t| a.threads.get(t))
+            .filter_map(|t| a.cuda.watched_since(t.pid, t.tid))
+            .min()
+    }
+
     pub fn from_analysis(a: &Analysis) -> Self {
         let mut gpu_pids: BTreeSet<u32> = a
             .gpus

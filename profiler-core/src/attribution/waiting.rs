@@ -153,13 +153,7 @@ fn waiting_possible(a: &Analysis, g: &GpuTimeline) -> Spans {
     let mut spans = outstanding(a, &pids);
     if !spans.0.is_empty() {
         let end_of_recording = a.start_ns.saturating_add(a.duration_ns);
-        let unseen_until = roles
-            .feeders
-            .iter()
-            .filter_map(|t| a.threads.get(t))
-            .filter_map(|t| a.cuda.watched_since(t.pid, t.tid))
-            .min();
-        if let Some(until) = unseen_until {
+        if let Some(until) = roles.feeders_watched_since(a) {
             spans.0.push((a.start_ns, until.min(end_of_recording)));
             spans = Spans::from(spans.0);
         }
