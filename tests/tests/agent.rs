@@ -566,6 +566,33 @@ fn one_prometheus_query_names_the_straggler_of_a_fleet_of_eight_hosts() {
         sum by (instance, rank) (rate(stallscope_gpu_seconds_total{rank!="", cause="nccl_wait"}[10m]))
         or 0 * sum by (instance, rank) (rate(stallscope_gpu_seconds_total{rank!=""}[10m]))
       ) / sum by (instance, rank) (rate(stallscope_gpu_seconds_total{rank!=""}[10m]))"#;
+    let value = |r: &Value| -> f64 {
+        r["value"][1]
+            .as_str()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(f64::NAN)
+    };
+    // A rate needs two scrapes with a segment's report between them. On a loaded machine a
+    // scrape can time out (its timeout is the 1 s interval) and leave a rank's series flat in
+    // Prometheus (0/0: NaN) though its agent reported: the agents keep reporting every 10 s,
+    // so every share becomes a number.
+    let since = Instant::now();
+    loop {
+        let shares = prom.query(share);
+        if shares.len() >= HOSTS && shares.iter().all(|r| value(r).is_finite()) {
+            break;
+        }
+        assert!(
+            since.elapsed() < Duration::from_secs(600),
+            "timed out waiting for every rank's share to be a number: {shares:?}\nscrapes: {:?}\n{}",
+            prom.query("up")
+                .iter()
+                .map(|r| (r["metric"]["instance"].clone(), r["value"][1].clone()))
+                .collect::<Vec<_>>(),
+            agents_health()
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    }
     let straggler = prom.query(&format!("bottomk(1, {share})"));
     let shares = prom.query(share);
     let named = |r: &Value| {
@@ -585,12 +612,6 @@ fn one_prometheus_query_names_the_straggler_of_a_fleet_of_eight_hosts() {
         agents_health()
     );
     // And it is named because the others waited for it: each at least twice as long.
-    let value = |r: &Value| -> f64 {
-        r["value"][1]
-            .as_str()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(f64::NAN)
-    };
     let theirs = value(&straggler[0]);
     for r in shares.iter().filter(|r| named(r).1 != slow.to_string()) {
         assert!(
