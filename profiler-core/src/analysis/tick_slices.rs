@@ -3,9 +3,9 @@
 //! Each `Tick` closes a slice that began at the previous tick (or the recording start). A
 //! thread's delta is its counters minus what its earlier slices showed (see [`counter_delta`]);
 //! a thread seen for the first time counts from zero, since its counters start when it is
-//! first tracked. A thread that exits
-//! between ticks contributes `exit counters - last tick` to the next slice (or to a final slice
-//! ending at the recording's end), so each thread's deltas add up to its final counters.
+//! first tracked. A thread that exits between ticks contributes `exit counters - last tick`
+//! to the next slice (or to a final slice ending at the recording's end), so each thread's
+//! deltas add up to its final counters.
 use crate::analysis::model::{ThreadDelta, TickSlice};
 use crate::fxhash::FxHashMap;
 use crate::recording::record::ThreadCounters;
@@ -17,36 +17,17 @@ fn states(c: &ThreadCounters) -> States {
     [c.on_cpu_ns, c.runqueue_ns, c.io_wait_ns, c.blocked_ns]
 }
 
-/// What a thread's slices have shown so far, per state, against its counters `cur`.
+/// The part of `now` (a thread's counters, per state) that its slices have not `shown` yet,
+/// when its lifetime (the sum) grew; nothing when it did not (a torn read of a value being
+/// updated), so the next reading is neither lost nor counted twice.
 ///
-/// A thread's lifetime (the sum) only grows, but the recorder may move time between states
-/// after the fact (it learns of a missed context switch later), so a state's counter can go
-/// down. Slices cannot be negative: the lifetime gained goes to the states still owed time
-/// (counter above what was shown), the most owed first, so a state shown too much is paid back
-/// by the others as soon as its counter grows past what was shown. Each state's slices then add
-/// up to its final counter whenever the thread lives on past the correction.
-///
-/// A lifetime below half of what was shown is a reused TID: the new thread counts from zero.
-/// A lifetime at or below what was shown (a torn read of a value being updated) yields an
-/// empty delta and shows nothing new, so the next reading is neither lost nor counted twice.
-pub fn counter_delta(shown: Option<&States>, cur: &ThreadCounters) -> ThreadDelta {
-    let now = states(cur);
-    let delta = |d: States| ThreadDelta {
-        tid: cur.tid,
-        on_cpu_ns: d[0],
-        runqueue_ns: d[1],
-        io_wait_ns: d[2],
-        blocked_ns: d[3],
-    };
-    let Some(shown) = shown else {
-        return delta(now);
-    };
-    let sum_shown = shown.iter().fold(0u64, |s, &v| s.saturating_add(v));
-    let sum_now = cur.lifetime_ns();
-    if sum_now < sum_shown / 2 {
-        return delta(now);
-    }
-    let mut gained = sum_now.saturating_sub(sum_shown);
+/// The recorder may move time between states after the fact (it learns of a missed context
+/// switch later), so a state's counter can be below what was shown. Slices cannot be
+/// negative: the lifetime gained goes to the states still owed time (counter above what was
+/// shown), the most owed first, so a state shown too much is paid back by the others as soon
+/// as its counter grows past what was shown (see also [`TimelineBuilder::show`]).
+pub fn counter_delta(shown: &States, now: &States) -> States {
+    let mut gained = now.iter().sum::<u64>().saturating_sub(shown.iter().sum());
     let owed: States = std::array::from_fn(|i| now[i].saturating_sub(shown[i]));
     let mut order = [0usize, 1, 2, 3];
     order.sort_by_key(|&i| std::cmp::Reverse(owed[i]));
@@ -55,7 +36,7 @@ pub fn counter_delta(shown: Option<&States>, cur: &ThreadCounters) -> ThreadDelt
         d[i] = owed[i].min(gained);
         gained -= d[i];
     }
-    delta(d)
+    d
 }
 
 /// How far back a correction is looked for: a wait estimated at a tick is settled by the next
@@ -118,25 +99,27 @@ impl TimelineBuilder {
     /// is moved, in this thread's latest slices, into the states the counters say it was, so
     /// each slice keeps its length and the timeline ends on the counters.
     fn show(&mut self, cur: &ThreadCounters) -> ThreadDelta {
+        let now = states(cur);
         let mut shown = self.shown.get(&cur.tid).copied().unwrap_or_default();
         let sum_shown: u64 = shown.iter().sum();
         if cur.lifetime_ns() < sum_shown / 2 {
+            // Far below what was shown: a reused TID, a new thread counted from zero.
             shown = [0; 4];
         } else if cur.lifetime_ns() > sum_shown {
-            self.move_back(cur.tid, &mut shown, &states(cur));
+            self.move_back(cur.tid, &mut shown, &now);
         }
-        let delta = counter_delta(Some(&shown), cur);
-        let d = [
-            delta.on_cpu_ns,
-            delta.runqueue_ns,
-            delta.io_wait_ns,
-            delta.blocked_ns,
-        ];
+        let d = counter_delta(&shown, &now);
         for (s, v) in shown.iter_mut().zip(d) {
             *s = s.saturating_add(v);
         }
         self.shown.insert(cur.tid, shown);
-        delta
+        ThreadDelta {
+            tid: cur.tid,
+            on_cpu_ns: d[0],
+            runqueue_ns: d[1],
+            io_wait_ns: d[2],
+            blocked_ns: d[3],
+        }
     }
 
     /// Moves each state's excess over `now` out of the thread's latest slices, into the states
@@ -233,16 +216,14 @@ mod tests {
 
     #[test]
     fn delta_from_nothing_and_after_reuse() {
+        let mut tl = TimelineBuilder::new();
         let c = counters(5, 10, 20, 30, 40);
-        assert_eq!(counter_delta(None, &c), row(5, 10, 20, 30, 40));
+        assert_eq!(tl.show(&c), row(5, 10, 20, 30, 40));
         let later = counters(5, 15, 20, 31, 40);
-        assert_eq!(counter_delta(Some(&states(&c)), &later), row(5, 5, 0, 1, 0));
+        assert_eq!(tl.show(&later), row(5, 5, 0, 1, 0));
         // Counters going backwards mean a new thread with the same TID.
         let reused = counters(5, 1, 0, 0, 0);
-        assert_eq!(
-            counter_delta(Some(&states(&later)), &reused),
-            row(5, 1, 0, 0, 0)
-        );
+        assert_eq!(tl.show(&reused), row(5, 1, 0, 0, 0));
     }
 
     #[test]
@@ -302,12 +283,9 @@ mod tests {
         // The recorder first saw 40 ns queued, then learned the thread had been running.
         let prev = counters(7, 10, 40, 0, 0);
         let cur = counters(7, 80, 0, 0, 0);
-        let d = counter_delta(Some(&states(&prev)), &cur);
-        assert_eq!((d.on_cpu_ns, d.runqueue_ns), (30, 0));
-        assert_eq!(
-            d.on_cpu_ns + d.runqueue_ns,
-            cur.lifetime_ns() - prev.lifetime_ns()
-        );
+        let d = counter_delta(&states(&prev), &states(&cur));
+        assert_eq!((d[0], d[1]), (30, 0));
+        assert_eq!(d[0] + d[1], cur.lifetime_ns() - prev.lifetime_ns());
     }
 
     /// Sums each state over every slice of thread `tid`.

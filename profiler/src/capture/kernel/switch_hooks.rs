@@ -1,5 +1,5 @@
-//! Which tracked threads carry a context-switch event, the switch-out program's only way in
-//! (see profiler-ebpf's sched.rs).
+//! With `--switch-hook per-thread`: which tracked threads carry a context-switch event, the
+//! switch-out program's only way in (see profiler-ebpf's switch_event.rs).
 //!
 //! The threads listed at attach get an event each. The kernel copies an event to every
 //! thread and process created by a thread that has one (`inherit`), so the tree is followed
@@ -33,8 +33,8 @@ pub struct SwitchHooks {
 }
 
 impl SwitchHooks {
-    /// Opens an event on `tid`, its switches counted from when the call returns. A thread that no longer exists is not an error: it has
-    /// nothing left to record.
+    /// Opens an event on `tid`, its switches counted from when the call returns. A thread
+    /// that no longer exists is not an error: it has nothing left to record.
     pub fn hook(&mut self, ebpf: &mut aya::Ebpf, tid: u32) -> anyhow::Result<()> {
         match loader::hook_switches(ebpf, tid) {
             Ok(()) => {
