@@ -17,6 +17,11 @@ fn states(c: &ThreadCounters) -> States {
     [c.on_cpu_ns, c.runqueue_ns, c.io_wait_ns, c.blocked_ns]
 }
 
+/// The sum, saturating: counters come from a file, which may be damaged.
+fn total(s: &States) -> u64 {
+    s.iter().fold(0u64, |t, &v| t.saturating_add(v))
+}
+
 /// The part of `now` (a thread's counters, per state) that its slices have not `shown` yet,
 /// when its lifetime (the sum) grew; nothing when it did not (a torn read of a value being
 /// updated), so the next reading is neither lost nor counted twice.
@@ -27,7 +32,7 @@ fn states(c: &ThreadCounters) -> States {
 /// shown), the most owed first, so a state shown too much is paid back by the others as soon
 /// as its counter grows past what was shown (see also [`TimelineBuilder::show`]).
 pub fn counter_delta(shown: &States, now: &States) -> States {
-    let mut gained = now.iter().sum::<u64>().saturating_sub(shown.iter().sum());
+    let mut gained = total(now).saturating_sub(total(shown));
     let owed: States = std::array::from_fn(|i| now[i].saturating_sub(shown[i]));
     let mut order = [0usize, 1, 2, 3];
     order.sort_by_key(|&i| std::cmp::Reverse(owed[i]));
@@ -101,7 +106,7 @@ impl TimelineBuilder {
     fn show(&mut self, cur: &ThreadCounters) -> ThreadDelta {
         let now = states(cur);
         let mut shown = self.shown.get(&cur.tid).copied().unwrap_or_default();
-        let sum_shown: u64 = shown.iter().sum();
+        let sum_shown = total(&shown);
         if cur.lifetime_ns() < sum_shown / 2 {
             // Far below what was shown: a reused TID, a new thread counted from zero.
             shown = [0; 4];
