@@ -86,13 +86,18 @@ pub struct CpuSlot {
 }
 
 /// How tracked threads' context switches reach the programs: the value of the eBPF
-/// `SWITCH_HOOK` map, set by user space before attaching.
+/// `SWITCH_HOOK` map, set by user space before attaching and changed while recording
+/// (`record --switch-hook auto`), one step at a time: TRACEPOINT, BOTH, PER_THREAD and back.
 pub mod switch_hook {
     /// `sched_switch`'s BTF tracepoint, which runs on every context switch of the host.
     pub const TRACEPOINT: u32 = 0;
     /// A software context-switch perf event on each tracked thread (inherited by the threads
     /// it creates); switch-ins from the scheduler's `sched_info.last_arrival`.
     pub const PER_THREAD: u32 = 1;
+    /// During a move between the two, while both are attached: the tracepoint sees every
+    /// switch, and the events count a switch-out again only if the tracepoint's program did
+    /// not (it read the mode before it changed): `ThreadStats::runs_counted` tells.
+    pub const BOTH: u32 = 2;
 }
 
 /// Ring-buffer record kinds; the first `u32` of every record.
@@ -486,6 +491,8 @@ mod pod {
     // SAFETY: all of these are repr(C), made only of integers with explicit padding, so every
     // bit pattern is valid.
     unsafe impl aya::Pod for ThreadStats {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for CpuSlot {}
     // SAFETY: as above.
     unsafe impl aya::Pod for FileKey {}
     // SAFETY: as above.

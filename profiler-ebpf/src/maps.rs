@@ -77,7 +77,8 @@ pub fn thread_stats(tid: u32) -> Option<*mut ThreadStats> {
 pub static CPU_CURRENT: PerCpuArray<CpuSlot> = PerCpuArray::with_max_entries(1, 0);
 
 /// Per CPU: `bpf_ktime_get_ns` less the run queue's clock, as measured at the last tracked
-/// switch-out there with per-thread switch events, when the scheduler had just updated that
+/// switch-out there whose switch-in went unseen (always, with per-thread switch events), when
+/// the scheduler had just updated that
 /// clock (index 0: the gap, as a wrapping difference; index 1: non-zero once measured).
 /// Elsewhere the run queue's clock may be a whole scheduler tick old; this turns the
 /// scheduler's `last_arrival` into our clock.
@@ -85,18 +86,42 @@ pub static CPU_CURRENT: PerCpuArray<CpuSlot> = PerCpuArray::with_max_entries(1, 
 pub static CLOCK_GAP: PerCpuArray<u64> = PerCpuArray::with_max_entries(2, 0);
 
 /// How tracked threads' switches reach us (`profiler_common::switch_hook`), set by user space
-/// after load: a map, not .rodata, since it is chosen from rates measured while the programs
-/// load, and only the programs that run outside switches (samples, exits) read it.
+/// after load and changed while recording (see profiler's `switch_control.rs`): a map, not
+/// .rodata.
 #[map]
 pub static SWITCH_HOOK: Array<u32> = Array::with_max_entries(1, 0);
 
-/// Whether tracked threads carry per-thread switch events rather than the tracepoint.
 #[inline(always)]
-pub fn per_thread_switches() -> bool {
+fn switch_mode() -> u32 {
     SWITCH_HOOK
         .get(0)
-        .is_some_and(|&m| m == profiler_common::switch_hook::PER_THREAD)
+        .copied()
+        .unwrap_or(profiler_common::switch_hook::TRACEPOINT)
 }
+
+/// Whether only per-thread events see tracked threads' switches, so that no switch-in is
+/// seen and no CPU's record is kept.
+#[inline(always)]
+pub fn per_thread_switches() -> bool {
+    switch_mode() == profiler_common::switch_hook::PER_THREAD
+}
+
+/// Whether the `sched_switch` program accounts switches (alone, or during a move).
+#[inline(always)]
+pub fn tracepoint_sees_switches() -> bool {
+    switch_mode() != profiler_common::switch_hook::PER_THREAD
+}
+
+/// Whether the per-thread events' program accounts switch-outs (alone, or during a move).
+#[inline(always)]
+pub fn events_see_switches() -> bool {
+    switch_mode() != profiler_common::switch_hook::TRACEPOINT
+}
+
+/// Per CPU: the tracked threads' switch-outs accounted, whichever hook saw them. User space
+/// weighs their rate against the host's to keep the cheaper hook.
+#[map]
+pub static SWITCHES_OUT: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 
 /// Per CPU: the user stack copy being built, too large for the BPF stack and sent with only
 /// the bytes it holds (a ring-buffer reservation has a fixed size).

@@ -21,7 +21,7 @@ use crate::{
     emit::{capture_stack, header, reserve, send_py_stack, send_user_stack, wakeup_flags},
     maps::{CPU_CURRENT, per_thread_switches, slot_of, slot_stats},
     sched::found_running,
-    switch_event::{current_task, found_running_at},
+    switch_event::current_task,
 };
 
 #[perf_event]
@@ -40,14 +40,13 @@ pub fn cpu_sample(ctx: PerfEventContext) -> u32 {
     // CPU's switches run with interrupts off, so none interleaves with this.
     let now = unsafe { bpf_ktime_get_ns() };
     if st.state != state::ON_CPU && per_thread_switches() {
-        // No switch-in is seen with per-thread events: the scheduler says when it was.
-        found_running_at(st, tid, current_task(), now, false);
+        found_running(st, tid, current_task(), 0, now, false);
     } else if st.state != state::ON_CPU
         && let Some(cpu) = CPU_CURRENT.get_ptr_mut(0)
     {
         // SAFETY: this CPU's record; its switches cannot run while this does.
         let cpu = unsafe { &mut *cpu };
-        found_running(st, tid, cpu.ts_ns, now);
+        found_running(st, tid, current_task(), cpu.ts_ns, now, false);
         // SAFETY: the helper only returns the current task's address.
         cpu.task = unsafe { bpf_get_current_task() };
         cpu.slot = slot;

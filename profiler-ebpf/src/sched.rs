@@ -1,7 +1,8 @@
 //! Scheduler accounting from BTF tracepoints: each tracked thread's time is split into
 //! on-CPU, run-queue wait, IO wait and other blocked time, and new threads are followed.
 //! Switches reach it through `sched_switch` here, or through per-thread perf events (see
-//! switch_event.rs), as user space chose (`maps::SWITCH_HOOK`).
+//! switch_event.rs), or both while user space moves from one to the other
+//! (`maps::SWITCH_HOOK`).
 //!
 //! There is no wake-up program: every wake-up in the system would run it, tracked or not.
 //! An off-CPU period is credited whole to its state (blocked, IO, or run queue when
@@ -25,8 +26,8 @@ use profiler_common::{Header, OffCpuSample, ThreadExit, ThreadNew, ThreadStats, 
 use crate::{
     emit::{capture_stack, count, header, reserve, send_py_stack, send_user_stack, wakeup_flags},
     maps::{
-        CPU_CURRENT, FREE_SLOTS, config, covered, offset, per_thread_switches, set_slot, slot_of,
-        slot_stats,
+        CPU_CURRENT, FREE_SLOTS, SWITCHES_OUT, config, covered, offset, per_thread_switches,
+        set_slot, slot_of, slot_stats, tracepoint_sees_switches,
     },
 };
 
@@ -70,17 +71,36 @@ fn come_back(st: &mut ThreadStats, tid: u32, now: u64) {
     st.come_back(now);
 }
 
-/// The thread is on this CPU at `now`; if its switch-in went unseen, ends its off-CPU period
-/// (see [`ThreadStats::found_running`]).
+/// The thread `task` is on this CPU at `now`; if its switch-in went unseen, ends its
+/// off-CPU period (see [`ThreadStats::found_running`]): after the last switch seen on this CPU
+/// (`cpu_last_switch_ns`), or, where none is (per-thread events, a CPU's record cleared by a
+/// move between hooks, none since attach), where the scheduler says the thread got its CPU.
+/// `fresh`: at a switch-out (see `switch_event::found_running_at`).
 #[inline(always)]
-pub fn found_running(st: &mut ThreadStats, tid: u32, cpu_last_switch_ns: u64, now: u64) {
-    if let Some(back) = st.found_running(cpu_last_switch_ns, now) {
+pub fn found_running(
+    st: &mut ThreadStats,
+    tid: u32,
+    task: *const u8,
+    cpu_last_switch_ns: u64,
+    now: u64,
+    fresh: bool,
+) {
+    if st.state == state::ON_CPU {
+        return;
+    }
+    if cpu_last_switch_ns == 0 && offset!(rq_clock) != 0 {
+        crate::switch_event::found_running_at(st, tid, task, now, fresh);
+    } else if let Some(back) = st.found_running(cpu_last_switch_ns, now) {
         end_offcpu(st, tid, back);
     }
 }
 
 #[btf_tracepoint(function = "sched_switch")]
 pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
+    if !tracepoint_sees_switches() {
+        // Attached only while moving to or from per-thread events.
+        return 0;
+    }
     let Some(cpu) = CPU_CURRENT.get_ptr_mut(0) else {
         return 0;
     };
@@ -152,8 +172,15 @@ fn switch_out(
     now: u64,
     cpu_last_switch_ns: u64,
 ) {
-    found_running(st, tid, cpu_last_switch_ns, now);
     let prev: *const u8 = ctx.arg(1);
+    found_running(st, tid, prev, cpu_last_switch_ns, now, true);
+    if offset!(task_pcount) != 0 {
+        // So that the thread's switch event, while one is attached, knows this switch-out is
+        // counted (see `switch_hook::BOTH`).
+        // SAFETY: `prev` is the tracepoint's task argument; the offset is BTF's
+        // `sched_info.pcount`.
+        st.runs_counted = unsafe { task_field::<u64>(prev, offset!(task_pcount)) } as u32;
+    }
     let preempt = ctx.arg::<u64>(0) & 0xff != 0;
     let prev_state = ctx.arg::<u64>(3) & 0xffff_ffff;
     leave_cpu(
@@ -179,6 +206,10 @@ pub fn leave_cpu<C: EbpfContext>(
     now: u64,
     runnable: bool,
 ) {
+    if let Some(n) = SWITCHES_OUT.get_ptr_mut(0) {
+        // SAFETY: this CPU's counter; its switches run with interrupts off.
+        unsafe { *n += 1 };
+    }
     st.credit(now);
     settle_run_delay(st, task);
     if runnable {
@@ -295,18 +326,17 @@ pub fn sched_process_exit(ctx: BtfTracePointContext) -> i32 {
     // nor this CPU's record of its current task, which the final switch-out reads.
     set_slot(tid, 0);
     let now = unsafe { bpf_ktime_get_ns() };
+    // The thread runs this: a switch-in not seen ends its off-CPU period, as at a
+    // switch-out.
     if per_thread_switches() {
-        // The thread runs this: its off-CPU period ended at its switch-in, as at a switch-out.
-        crate::switch_event::found_running_at(st, tid, task, now, false);
+        found_running(st, tid, task, 0, now, false);
     } else if let Some(cpu) = CPU_CURRENT.get_ptr_mut(0) {
         // SAFETY: this CPU's record; its switches cannot run while this does.
         let cpu = unsafe { &mut *cpu };
         if cpu.task == task as u64 {
             cpu.slot = 0;
         }
-        // The thread runs this: a switch-in not seen ends its off-CPU period, as at a
-        // switch-out.
-        found_running(st, tid, cpu.ts_ns, now);
+        found_running(st, tid, task, cpu.ts_ns, now, false);
     }
     st.credit(now);
     settle_run_delay(st, task);

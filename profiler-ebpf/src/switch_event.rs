@@ -17,7 +17,7 @@ use aya_ebpf::{
 use profiler_common::{ThreadStats, state};
 
 use crate::{
-    maps::{CLOCK_GAP, offset, slot_of, slot_stats},
+    maps::{CLOCK_GAP, events_see_switches, offset, slot_of, slot_stats},
     sched::{end_offcpu, leave_cpu, task_field},
 };
 
@@ -88,6 +88,10 @@ pub fn found_running_at(st: &mut ThreadStats, tid: u32, task: *const u8, now: u6
 /// the scheduler as the thread switches out, still as the current task.
 #[perf_event]
 pub fn switch_out(ctx: PerfEventContext) -> u32 {
+    if !events_see_switches() {
+        // Still attached after a move to the tracepoint, until user space closes it.
+        return 0;
+    }
     let task = current_task();
     // SAFETY: `task` is the current task's BTF pointer; the offset is BTF's `pid`.
     let tid: u32 = unsafe { task_field(task, offset!(task_pid)) };
@@ -98,7 +102,7 @@ pub fn switch_out(ctx: PerfEventContext) -> u32 {
     // SAFETY: as above; the offset is BTF's `sched_info.pcount`.
     let runs = unsafe { task_field::<u64>(task, offset!(task_pcount)) } as u32;
     if offset!(task_pcount) != 0 && st.runs_counted == runs {
-        // This switch, seen through the thread's other event.
+        // This switch, seen through the thread's other event or the tracepoint.
         return 0;
     }
     st.runs_counted = runs;

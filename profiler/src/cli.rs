@@ -287,10 +287,12 @@ pub struct RecordArgs {
     /// event on each tracked thread (inherited by the threads it creates), which untracked
     /// switches do not run (about 2% off the unrelated ping-pong) but which costs each
     /// tracked switch about four times more (38% off the traced one): for a quiet job on a
-    /// busy shared host. `auto` measures both rates for 0.2 s before attaching and takes
-    /// per-thread events when the target makes under 5% of the host's switches; it decides
-    /// once, so a job that is starting, or blocked at that moment, may get the wrong one.
-    #[arg(long, value_enum, env = "STALLSCOPE_SWITCH_HOOK", default_value_t = SwitchHookArg::Tracepoint)]
+    /// busy shared host. `auto` (the default) measures both rates for 0.2 s before attaching
+    /// and takes per-thread events when the target makes under 5% of the host's switches
+    /// (and the others over 1,000/s); it keeps measuring at each tick, moves to the
+    /// tracepoint at the first tick where the target passes 8%, and back once it stays under
+    /// 5% for 1 s (doubled by each move back, up to 64 s). Each move is said on stderr.
+    #[arg(long, value_enum, env = "STALLSCOPE_SWITCH_HOOK", default_value_t = SwitchHookArg::Auto)]
     pub switch_hook: SwitchHookArg,
     /// Leave out the Python frames. By default the stacks of CPython processes (3.8 to 3.13)
     /// carry their Python frames (function, file, line) in place of the interpreter loop's.

@@ -12,7 +12,7 @@ use crate::{
         kernel::{
             loader::{self, SwitchHook},
             offsets, switch_choice,
-            switch_hooks::SwitchHooks,
+            switch_control::SwitchControl,
         },
         proc::target,
         recording_file::{RecordingFile, WriteFailed},
@@ -104,7 +104,9 @@ pub fn run(args: RecordArgs) -> anyhow::Result<i32> {
     // While the programs load: how often the target switches against the host.
     let hook_choice = {
         let (arg, tree): (_, Vec<u32>) = (args.switch_hook, tree.iter().copied().collect());
-        let possible = offsets.rq_clock != 0;
+        // A move between hooks also needs each thread's count of its runs (see
+        // `switch_hook::BOTH`).
+        let possible = offsets.rq_clock != 0 && offsets.task_pcount != 0;
         std::thread::spawn(move || choose_switch_hook(arg, possible, &tree))
     };
     let mut decoder = crate::capture::decode::Decoder::with_kernel_symbols(
@@ -158,7 +160,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<i32> {
                 ..ThreadStats::default()
             }
         })?;
-    let hook = hook_choice
+    let (hook, auto) = hook_choice
         .join()
         .map_err(|_| anyhow::anyhow!("measuring the switch rates panicked"))??;
     let mut unavailable = layout.missing.clone();
@@ -166,30 +168,17 @@ pub fn run(args: RecordArgs) -> anyhow::Result<i32> {
         &mut ebpf,
         args.rate,
         layout.submit_tracepoint,
-        hook,
     )?);
     for (signal, reason) in unavailable.iter().skip(layout.missing.len()) {
         eprintln!("stallscope: warning: {signal} unavailable: {reason}");
     }
-    // After the fork program: a thread created from here on is reported, and the hooks
-    // decide whether it inherited its creator's event.
-    let switch_hooks = match hook {
-        SwitchHook::PerThread => {
-            raise_open_files_limit();
-            let mut hooks = SwitchHooks::default();
-            for s in &seeds {
-                hooks.hook(&mut ebpf, s.tid)?;
-            }
-            if hooks.vanished() > 0 {
-                log::info!(
-                    "{} threads exited between the listing and their hook",
-                    hooks.vanished()
-                );
-            }
-            Some(hooks)
-        }
-        SwitchHook::Tracepoint => None,
-    };
+    // After the fork program: a thread created from here on is reported, and the control
+    // decides whether it inherited its creator's event.
+    if hook == SwitchHook::PerThread || auto {
+        raise_open_files_limit();
+    }
+    let seed_tids: Vec<u32> = seeds.iter().map(|s| s.tid).collect();
+    let switches = SwitchControl::start(&mut ebpf, hook, auto, &seed_tids)?;
     // Before any other thread starts: capability sets are per thread.
     let kept = privileges::drop_after_attach(!args.no_cuda_probes)?;
     log::info!("capabilities kept after attach: {kept:?}");
@@ -263,7 +252,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<i32> {
     let gpu = (!args.no_gpu)
         .then(|| gpu::GpuSampler::start(args.nvml_lib.clone(), pids.clone(), start_ns));
     let mut session = session::Session::new(ebpf, slots, decoder, writer, pids, gpu, probes);
-    session.switch_hooks = switch_hooks;
+    session.switches = Some(switches);
     session.python = !args.no_python;
     session.dlopen = dlopen;
     // Each finished segment is reported on a thread of its own while the recording goes on.
@@ -374,23 +363,24 @@ fn end_stdout() {
     unsafe { libc::dup2(std::os::fd::AsRawFd::as_raw_fd(&null), libc::STDOUT_FILENO) };
 }
 
-/// The hook for the tracked threads' switches: as asked, or (`auto`) the cheaper one for the
-/// rates measured now, said on stderr with the rates.
+/// The hook for the tracked threads' switches at attach, and whether the recording moves
+/// between hooks as the rates change: as asked, or (`auto`) the cheaper one for the rates
+/// measured now, said on stderr with the rates.
 fn choose_switch_hook(
     arg: crate::cli::SwitchHookArg,
     possible: bool,
     tree: &[u32],
-) -> anyhow::Result<SwitchHook> {
+) -> anyhow::Result<(SwitchHook, bool)> {
     use crate::cli::SwitchHookArg;
     let without = "this kernel's BTF lacks the scheduler fields they need (sched_info, \
                    se.cfs_rq, rq.clock)";
     match arg {
-        SwitchHookArg::Tracepoint => Ok(SwitchHook::Tracepoint),
-        SwitchHookArg::PerThread if possible => Ok(SwitchHook::PerThread),
+        SwitchHookArg::Tracepoint => Ok((SwitchHook::Tracepoint, false)),
+        SwitchHookArg::PerThread if possible => Ok((SwitchHook::PerThread, false)),
         SwitchHookArg::PerThread => anyhow::bail!("--switch-hook per-thread: {without}"),
         SwitchHookArg::Auto if !possible => {
             log::info!("per-thread switch events unavailable: {without}");
-            Ok(SwitchHook::Tracepoint)
+            Ok((SwitchHook::Tracepoint, false))
         }
         SwitchHookArg::Auto => {
             let rates = switch_choice::measure(tree)?;
@@ -398,15 +388,12 @@ fn choose_switch_hook(
             eprintln!(
                 "stallscope: context switches seen by {} (the target made {:.0}/s, {:.1}% of \
                  the host's {:.0}/s; --switch-hook to choose)",
-                match hook {
-                    SwitchHook::PerThread => "per-thread events",
-                    SwitchHook::Tracepoint => "the sched_switch tracepoint",
-                },
+                crate::capture::kernel::switch_control::name(hook),
                 rates.target_per_s,
                 rates.target_share() * 100.0,
                 rates.host_per_s
             );
-            Ok(hook)
+            Ok((hook, true))
         }
     }
 }

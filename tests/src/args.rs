@@ -57,6 +57,8 @@ pub enum Command {
     PingPong {
         cpu: usize,
         secs: Duration,
+        /// Quiet until this file exists, busy for `busy` from then, then quiet again.
+        phases: Option<(std::path::PathBuf, Duration)>,
     },
     Mix {
         threads: usize,
@@ -168,6 +170,11 @@ pub fn parse(argv: &[String]) -> io::Result<Command> {
         "pingpong" => Command::PingPong {
             cpu: o.take("cpu")?.unwrap_or(0),
             secs: o.secs()?,
+            phases: match (o.take("go-file")?, o.take::<u64>("busy-ms")?) {
+                (Some(file), Some(ms)) => Some((file, Duration::from_millis(ms))),
+                (None, None) => None,
+                _ => return Err(invalid("--go-file and --busy-ms go together".to_owned())),
+            },
         },
         "mix" => Command::Mix {
             threads: o.take("threads")?.unwrap_or(4),
@@ -239,7 +246,8 @@ mod tests {
             parse(&argv("pingpong --secs 1")).unwrap(),
             Command::PingPong {
                 cpu: 0,
-                secs: Duration::from_secs(1)
+                secs: Duration::from_secs(1),
+                phases: None,
             }
         );
     }

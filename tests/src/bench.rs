@@ -14,9 +14,29 @@ use crate::{announce_ready, cpu, sys};
 /// Rounds between clock reads in the ping-pong: a clock read per round would be measurable.
 const ROUNDS_PER_CHECK: u64 = 256;
 
+/// A quiet ping-pong's pinger computes for this, then sleeps for [`QUIET_NAP`], checking
+/// for its go file between: a few switches a second, with time on a CPU to account.
+const QUIET_BURST: Duration = Duration::from_millis(30);
+const QUIET_NAP: Duration = Duration::from_millis(20);
+
+/// Quiet bursts and naps until `until`, or until `go` exists if given.
+fn quiet(until: Instant, go: Option<&std::path::Path>) {
+    while Instant::now() < until && !go.is_some_and(|g| g.exists()) {
+        cpu::burn_until(Instant::now() + QUIET_BURST);
+        thread::sleep(QUIET_NAP);
+    }
+}
+
 /// `pingpong`: two threads on one CPU bounce a byte over two pipes; every round is two
-/// context switches. Prints `rounds=<n> secs=<s>`.
-pub fn pingpong(cpu: usize, secs: Duration) -> io::Result<()> {
+/// context switches. Prints `rounds=<n> secs=<s>`. With `phases` (a go file and a busy
+/// time), the threads stay quiet (the pinger computes in bursts between naps, the ponger
+/// blocks) until the file exists, bounce for the busy time, and stay quiet again until
+/// `secs` from the start: a job that turns busy, then idle, while it is traced.
+pub fn pingpong(
+    cpu: usize,
+    secs: Duration,
+    phases: Option<(std::path::PathBuf, Duration)>,
+) -> io::Result<()> {
     let (mut ping_rx, mut ping_tx) = sys::pipe()?;
     let (mut pong_rx, mut pong_tx) = sys::pipe()?;
     let pinned = Arc::new(Barrier::new(3));
@@ -41,8 +61,14 @@ pub fn pingpong(cpu: usize, secs: Duration) -> io::Result<()> {
                 let result = sys::pin_to_cpu(cpu);
                 pinned.wait();
                 result?;
-                let start = Instant::now();
-                let deadline = start + secs;
+                let mut start = Instant::now();
+                let end = start + secs;
+                let mut deadline = end;
+                if let Some((go, busy)) = &phases {
+                    quiet(end, Some(go));
+                    start = Instant::now();
+                    deadline = (start + *busy).min(end);
+                }
                 let mut rounds = 0u64;
                 let mut b = [0u8; 1];
                 while Instant::now() < deadline {
@@ -52,7 +78,11 @@ pub fn pingpong(cpu: usize, secs: Duration) -> io::Result<()> {
                     }
                     rounds += ROUNDS_PER_CHECK;
                 }
-                Ok((rounds, start.elapsed()))
+                let elapsed = start.elapsed();
+                if phases.is_some() {
+                    quiet(end, None);
+                }
+                Ok((rounds, elapsed))
             },
         )?
     };

@@ -31,7 +31,7 @@ pub fn run(command: Command) -> std::io::Result<()> {
             secs,
         } => cpu::churn(delay, threads, batch, burn, pause, secs),
         Command::Demo { cpu, secs } => demo::demo(cpu, secs),
-        Command::PingPong { cpu, secs } => bench::pingpong(cpu, secs),
+        Command::PingPong { cpu, secs, phases } => bench::pingpong(cpu, secs, phases),
         Command::Mix { threads, secs } => bench::mix(threads, secs),
         Command::CudaLate {
             lib,

@@ -16,7 +16,8 @@ use common::{
     spawned::Spawned,
     stallscope::{
         RECORD_TIMEOUT, Recording, assert_close, assert_covers_window, assert_in_range,
-        assert_success, command, record_with, split, thread, u64_field, window,
+        assert_success, command, parse_report, record_with, split, start_record, thread, u64_field,
+        wait_tracing, window,
     },
     workload::Workload,
 };
@@ -226,6 +227,73 @@ fn sleeper(extra: &[&str]) -> Recording {
     eprintln!("stallscope: {s:?}\nkernel: {o:?}");
     assert_in_range("sleeper on-CPU", s.on_cpu, o.on_cpu_range());
     rec
+}
+
+/// `auto` all through a recording. A ping-pong quiet at attach, beside an untraced one, gets
+/// per-thread events; once it bounces (a large share of the host's switches, on any machine:
+/// its CPU does nothing else) the recording moves to the tracepoint, and once it has been
+/// quiet again for its quiet time, back. Its threads' account holds against schedstat over
+/// the whole window, both moves included: a switch-out that neither hook accounted would
+/// leave a quiet thread on-CPU for seconds.
+#[test]
+fn a_target_that_turns_busy_then_quiet_keeps_its_account_through_both_moves() {
+    let _serial = serial();
+    let cpus = stallscope_tests::sys::allowed_cpus().expect("sched_getaffinity");
+    let (&host_cpu, others) = cpus.split_last().expect("this process may run on some CPU");
+    let target_cpu = others.first().copied().unwrap_or(host_cpu).to_string();
+    let _busy_host = Workload::start(&[
+        "pingpong",
+        "--secs",
+        WORKLOAD_SECS,
+        "--cpu",
+        &host_cpu.to_string(),
+    ]);
+    let dir = Scratch::new("moves");
+    let go = dir.join("go");
+    let w = Workload::start(&[
+        "pingpong",
+        "--secs",
+        WORKLOAD_SECS,
+        "--cpu",
+        &target_cpu,
+        "--go-file",
+        go.to_str().unwrap(),
+        "--busy-ms",
+        "2000",
+    ]);
+    let sampler = Sampler::start(w.pid, &w.tids(), COUNTERS_EVERY);
+    let file = dir.join("x.rec");
+    // Two seconds busy, then quiet for more than the 2 s a first move back needs.
+    let rec = start_record(&[w.pid], "7s", &file, &[]);
+    wait_tracing(&rec);
+    std::fs::write(&go, b"").unwrap();
+    let finished = rec.finish(RECORD_TIMEOUT);
+    assert_success(&finished, "stallscope record");
+    let samples = sampler.stop();
+    let said = &finished.stderr;
+    let lines: Vec<&str> = said
+        .lines()
+        .filter(|l| l.contains("context switches"))
+        .collect();
+    assert!(
+        lines.len() == 3
+            && lines[0].contains("seen by per-thread events")
+            && lines[1].contains("now seen by the sched_switch tracepoint")
+            && lines[2].contains("now seen by per-thread events"),
+        "expected per-thread events, the tracepoint, per-thread events again: {said}"
+    );
+    let report = parse_report(&finished.stdout);
+    let (start, end) = window(&report);
+    for tid in w.tids() {
+        let t = thread(&report, tid);
+        assert_covers_window(t, &report);
+        let s = split(t);
+        let o = samples.split(tid, start, end);
+        let name = t["comm"].as_str().unwrap_or("?");
+        eprintln!("{name}: stallscope: {s:?}\nkernel: {o:?}");
+        assert_in_range(&format!("{name} on-CPU"), s.on_cpu, o.on_cpu_range());
+        assert_close(&format!("{name} run queue"), s.runqueue, o.runqueue);
+    }
 }
 
 /// A thread switched in without a `sched_switch` the programs saw must read as on-CPU within

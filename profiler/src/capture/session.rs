@@ -20,7 +20,7 @@ use super::{
     clock::monotonic_ns,
     decode::Decoder,
     gpu::GpuSampler,
-    kernel::{slots::Slots, switch_hooks::SwitchHooks},
+    kernel::{slots::Slots, switch_control::SwitchControl},
     probes::dlopen::DlopenWatch,
     proc::{files::FileNames, target},
     sink::{Sink, write_process},
@@ -71,9 +71,8 @@ pub struct Session {
     pub unprobe: Option<std::thread::JoinHandle<()>>,
     /// `record --segment`: where each finished segment's file goes, and when the next ends.
     pub segments: Option<SegmentClock>,
-    /// With per-thread switch events: which tracked threads carry one.
-    pub switch_hooks: Option<SwitchHooks>,
-    hook_failed: bool,
+    /// Which hook sees the tracked threads' switches (none in unit tests).
+    pub switches: Option<SwitchControl>,
 }
 
 /// When `record --segment`'s segments end, and who is told of each finished file.
@@ -150,8 +149,7 @@ impl Session {
             dlopen: DlopenWatch::default(),
             unprobe: None,
             segments: None,
-            switch_hooks: None,
-            hook_failed: false,
+            switches: None,
         }
     }
 
@@ -194,19 +192,12 @@ impl Session {
         }
         let born = std::mem::take(&mut self.decoder.born);
         let exited = std::mem::take(&mut self.decoder.exited);
-        if let Some(hooks) = self.switch_hooks.as_mut() {
+        if let Some(switches) = self.switches.as_mut() {
             for (tid, parent, born_ns) in born {
-                if let Err(e) = hooks.born(&mut self.ebpf, tid, parent, born_ns) {
-                    // The thread's switch-outs go unseen: it reads as on-CPU from its first
-                    // sample on. Said once per recording, with the first cause.
-                    if !self.hook_failed {
-                        self.hook_failed = true;
-                        eprintln!("stallscope: warning: {e:#}; that thread's time is not split");
-                    }
-                }
+                switches.born(&mut self.ebpf, tid, parent, born_ns);
             }
             for tid in exited {
-                hooks.exited(tid);
+                switches.exited(tid);
             }
         }
         self.write_all(out)
@@ -291,8 +282,8 @@ impl Session {
         pids
     }
 
-    /// Writes a Tick; returns how many tracked threads are alive.
-    fn tick(&mut self) -> anyhow::Result<usize> {
+    /// Writes a Tick; returns the tracked threads alive.
+    fn tick(&mut self) -> anyhow::Result<Vec<u32>> {
         let now = monotonic_ns();
         self.last_tick_ns = now;
         self.slots.handed_out(self.decoder.highest_slot);
@@ -306,8 +297,8 @@ impl Session {
             self.last.insert(tid, c);
             threads.push(c);
         }
-        let alive = threads.len();
         threads.sort_by_key(|c| c.tid);
+        let alive = threads.iter().map(|c| c.tid).collect();
         self.sink.write(&Record::Tick {
             ts_ns: now,
             threads,
@@ -367,8 +358,12 @@ impl Session {
                             self.scan_process(pid, scans / 4, changed.contains(&pid))?;
                         }
                     }
-                    if self.tick()? == 0 {
+                    let alive = self.tick()?;
+                    if alive.is_empty() {
                         break EndReason::TargetExited;
+                    }
+                    if let Some(switches) = self.switches.as_mut() {
+                        switches.tick(&mut self.ebpf, self.last_tick_ns, &alive)?;
                     }
                     if self.segments.as_ref().is_some_and(|s| self.last_tick_ns >= s.next_ns) {
                         self.drain(ring.get_mut())?;

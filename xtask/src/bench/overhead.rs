@@ -62,13 +62,16 @@ impl Workload {
             (Self::W4, Tracer::None | Tracer::Stallscope | Tracer::StallscopeEveryLaunch) => true,
             (Self::W5, Tracer::None | Tracer::Stallscope | Tracer::StallscopeNoPython) => true,
             (Self::W1 | Self::W3, Tracer::Agent) => true,
-            (Self::W1 | Self::W1u, Tracer::StallscopePerThread) => true,
+            (Self::W1 | Self::W1u, Tracer::StallscopePerThread | Tracer::StallscopeTracepoint) => {
+                true
+            }
             (Self::W4 | Self::W5, _)
             | (
                 _,
                 Tracer::StallscopeEveryLaunch
                 | Tracer::StallscopeNoPython
                 | Tracer::StallscopePerThread
+                | Tracer::StallscopeTracepoint
                 | Tracer::Agent,
             ) => false,
             _ => true,
@@ -118,6 +121,7 @@ impl Config {
             | Tracer::StallscopeEveryLaunch
             | Tracer::StallscopeNoPython
             | Tracer::StallscopePerThread
+            | Tracer::StallscopeTracepoint
             | Tracer::Agent => {
                 return Ok(&self.stallscope);
             }

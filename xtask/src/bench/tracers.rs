@@ -24,6 +24,9 @@ pub enum Tracer {
     /// stallscope seeing switches through per-thread perf events (`--switch-hook
     /// per-thread`) rather than the `sched_switch` tracepoint.
     StallscopePerThread,
+    /// stallscope on the `sched_switch` tracepoint throughout (`--switch-hook tracepoint`),
+    /// where the default (`auto`) chooses and moves between hooks.
+    StallscopeTracepoint,
     /// `stallscope agent --pid`, its recorder cutting segments of a third of the window: every
     /// run then includes segments reported while the tracing goes on.
     Agent,
@@ -40,6 +43,7 @@ impl Tracer {
                 | Self::StallscopeEveryLaunch
                 | Self::StallscopeNoPython
                 | Self::StallscopePerThread
+                | Self::StallscopeTracepoint
         )
     }
 
@@ -50,6 +54,7 @@ impl Tracer {
             Self::StallscopeEveryLaunch => "stallscope --launch-duty 100",
             Self::StallscopeNoPython => "stallscope --no-python",
             Self::StallscopePerThread => "stallscope --switch-hook per-thread",
+            Self::StallscopeTracepoint => "stallscope --switch-hook tracepoint",
             Self::Agent => "stallscope agent",
             Self::Bpftrace => "bpftrace",
             Self::Runqlat => "runqlat",
@@ -121,11 +126,13 @@ pub fn attach(
         Tracer::Stallscope
         | Tracer::StallscopeEveryLaunch
         | Tracer::StallscopeNoPython
-        | Tracer::StallscopePerThread => {
+        | Tracer::StallscopePerThread
+        | Tracer::StallscopeTracepoint => {
             match t {
                 Tracer::StallscopeEveryLaunch => cmd.args(["record", "--launch-duty", "100"]),
                 Tracer::StallscopeNoPython => cmd.args(["record", "--no-python"]),
                 Tracer::StallscopePerThread => cmd.args(["record", "--switch-hook", "per-thread"]),
+                Tracer::StallscopeTracepoint => cmd.args(["record", "--switch-hook", "tracepoint"]),
                 _ => cmd.arg("record"),
             };
             cmd.args(["--pid", &pid_s, "--json", "-d"])

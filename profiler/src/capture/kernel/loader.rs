@@ -5,7 +5,10 @@ use aya::{
     Btf, Ebpf, EbpfLoader,
     programs::{
         BtfTracePoint, PerfEvent, ProgramError, TracePoint, UProbe,
-        perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
+        perf_event::{
+            PerfEventConfig, PerfEventLinkId, PerfEventScope, SamplePolicy, SoftwareEvent,
+        },
+        tp_btf::BtfTracePointLinkId,
     },
 };
 use profiler_common::{Config, Offsets};
@@ -143,20 +146,9 @@ pub fn attach(
     ebpf: &mut Ebpf,
     sample_hz: u64,
     submit_tracepoint: &str,
-    hook: SwitchHook,
 ) -> anyhow::Result<Vec<(String, String)>> {
     let mut unavailable = Vec::new();
-    let mode = match hook {
-        SwitchHook::Tracepoint => profiler_common::switch_hook::TRACEPOINT,
-        SwitchHook::PerThread => profiler_common::switch_hook::PER_THREAD,
-    };
-    let mut modes: aya::maps::Array<_, u32> = aya::maps::Array::try_from(
-        ebpf.map_mut("SWITCH_HOOK")
-            .ok_or_else(|| anyhow::anyhow!("map SWITCH_HOOK missing"))?,
-    )?;
-    modes.set(0, mode, 0)?;
-    let switch_tracepoint = (hook == SwitchHook::Tracepoint).then_some(SCHED_SWITCH);
-    for name in switch_tracepoint.into_iter().chain(SCHED) {
+    for name in SCHED {
         let prog: &mut BtfTracePoint = program(ebpf, name)?;
         prog.attach()
             .map_err(|e| anyhow::Error::new(e).context(format!("attaching {name}")))?;
@@ -216,11 +208,59 @@ pub enum SwitchHook {
     PerThread,
 }
 
+/// Tells the programs which hook accounts the tracked threads' switches
+/// (`profiler_common::switch_hook`).
+pub fn set_switch_mode(ebpf: &mut Ebpf, mode: u32) -> anyhow::Result<()> {
+    let mut modes: aya::maps::Array<_, u32> = aya::maps::Array::try_from(
+        ebpf.map_mut("SWITCH_HOOK")
+            .ok_or_else(|| anyhow::anyhow!("map SWITCH_HOOK missing"))?,
+    )?;
+    modes.set(0, mode, 0)?;
+    Ok(())
+}
+
+/// Attaches the program of every context switch on the host.
+pub fn attach_switch_tracepoint(ebpf: &mut Ebpf) -> anyhow::Result<BtfTracePointLinkId> {
+    let prog: &mut BtfTracePoint = program(ebpf, SCHED_SWITCH)?;
+    prog.attach()
+        .map_err(|e| anyhow::Error::new(e).context(format!("attaching {SCHED_SWITCH}")))
+}
+
+pub fn detach_switch_tracepoint(ebpf: &mut Ebpf, link: BtfTracePointLinkId) -> anyhow::Result<()> {
+    let prog: &mut BtfTracePoint = program(ebpf, SCHED_SWITCH)?;
+    prog.detach(link)
+        .map_err(|e| anyhow::Error::new(e).context(format!("detaching {SCHED_SWITCH}")))
+}
+
+/// Forgets what each CPU last switched to: the tracepoint's program, which kept it, saw none
+/// of the switches while per-thread events accounted them. A CPU without a record looks its
+/// next `prev` up and takes a switch-in it did not see from the scheduler.
+pub fn clear_cpu_records(ebpf: &mut Ebpf) -> anyhow::Result<()> {
+    let mut records: aya::maps::PerCpuArray<_, profiler_common::CpuSlot> =
+        aya::maps::PerCpuArray::try_from(
+            ebpf.map_mut("CPU_CURRENT")
+                .ok_or_else(|| anyhow::anyhow!("map CPU_CURRENT missing"))?,
+        )?;
+    let cpus = aya::util::nr_cpus().map_err(|(what, e)| anyhow::anyhow!("{what}: {e}"))?;
+    let none = aya::maps::PerCpuValues::try_from(vec![profiler_common::CpuSlot::default(); cpus])?;
+    records.set(0, none, 0)?;
+    Ok(())
+}
+
+/// The tracked threads' switch-outs the programs accounted so far, over all CPUs.
+pub fn switches_out(ebpf: &Ebpf) -> anyhow::Result<u64> {
+    let counts: aya::maps::PerCpuArray<_, u64> = aya::maps::PerCpuArray::try_from(
+        ebpf.map("SWITCHES_OUT")
+            .ok_or_else(|| anyhow::anyhow!("map SWITCHES_OUT missing"))?,
+    )?;
+    Ok(counts.get(&0, 0)?.iter().sum())
+}
+
 /// Opens a context-switch event on thread `tid` that runs the switch-out program, and that
 /// the kernel copies to every thread and process `tid` creates from then on.
-pub fn hook_switches(ebpf: &mut Ebpf, tid: u32) -> anyhow::Result<()> {
+pub fn hook_switches(ebpf: &mut Ebpf, tid: u32) -> anyhow::Result<PerfEventLinkId> {
     let prog: &mut PerfEvent = program(ebpf, SWITCH_OUT)?;
-    prog.attach(
+    Ok(prog.attach(
         PerfEventConfig::Software(SoftwareEvent::ContextSwitches),
         PerfEventScope::OneProcess {
             pid: tid,
@@ -228,7 +268,13 @@ pub fn hook_switches(ebpf: &mut Ebpf, tid: u32) -> anyhow::Result<()> {
         },
         SamplePolicy::Period(1),
         true,
-    )?;
+    )?)
+}
+
+/// Closes a thread's context-switch event, and with it the copies its threads inherited.
+pub fn unhook_switches(ebpf: &mut Ebpf, link: PerfEventLinkId) -> anyhow::Result<()> {
+    let prog: &mut PerfEvent = program(ebpf, SWITCH_OUT)?;
+    prog.detach(link)?;
     Ok(())
 }
 

@@ -5,5 +5,6 @@ pub mod loader;
 pub mod offsets;
 pub mod slots;
 pub mod switch_choice;
+pub mod switch_control;
 pub mod switch_hooks;
 pub mod tracefs;

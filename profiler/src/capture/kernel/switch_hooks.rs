@@ -1,5 +1,6 @@
-//! With `--switch-hook per-thread`: which tracked threads carry a context-switch event, the
-//! switch-out program's only way in (see profiler-ebpf's switch_event.rs).
+//! While per-thread events see the switches (see `switch_control.rs`): which tracked threads
+//! carry a context-switch event, the switch-out program's only way in (see profiler-ebpf's
+//! switch_event.rs).
 //!
 //! The threads listed at attach get an event each. The kernel copies an event to every
 //! thread and process created by a thread that has one (`inherit`), so the tree is followed
@@ -28,6 +29,8 @@ pub fn needs_own_event(parent_hooked_ns: Option<u64>, born_ns: u64) -> bool {
 pub struct SwitchHooks {
     /// Per tracked thread: since when its switches reach the program.
     hooked_ns: HashMap<u32, u64>,
+    /// The events opened here (not the inherited copies, which close with them).
+    links: Vec<aya::programs::perf_event::PerfEventLinkId>,
     /// Threads gone before their event could be opened.
     vanished: u64,
 }
@@ -37,7 +40,8 @@ impl SwitchHooks {
     /// that no longer exists is not an error: it has nothing left to record.
     pub fn hook(&mut self, ebpf: &mut aya::Ebpf, tid: u32) -> anyhow::Result<()> {
         match loader::hook_switches(ebpf, tid) {
-            Ok(()) => {
+            Ok(link) => {
+                self.links.push(link);
                 self.hooked_ns.insert(tid, monotonic_ns());
                 Ok(())
             }
@@ -68,6 +72,14 @@ impl SwitchHooks {
 
     pub fn exited(&mut self, tid: u32) {
         self.hooked_ns.remove(&tid);
+    }
+
+    /// Closes every event: the tracepoint sees the switches again.
+    pub fn unhook_all(self, ebpf: &mut aya::Ebpf) -> anyhow::Result<()> {
+        for link in self.links {
+            loader::unhook_switches(ebpf, link)?;
+        }
+        Ok(())
     }
 
     /// Threads that exited before their event was opened.
