@@ -76,15 +76,25 @@ fn pinned_spinners(extra: &[&str]) {
     let spinners: Vec<u32> = w.tids().into_iter().filter(|&t| t != w.pid).collect();
     assert_eq!(spinners.len(), 2, "expected two spinning threads");
     for tid in spinners {
-        let t = thread(&rec.report, tid);
-        assert_covers_window(t, &rec.report);
-        let s = split(t);
-        let o = samples.split(tid, start, end);
-        let name = t["comm"].as_str().unwrap_or("?");
-        eprintln!("{name}: stallscope: {s:?}\nkernel: {o:?}");
-        assert_in_range(&format!("{name} on-CPU"), s.on_cpu, o.on_cpu_range());
-        assert_close(&format!("{name} run queue"), s.runqueue, o.runqueue);
+        assert_cpu_and_queue_hold(&rec.report, &samples, tid, (start, end));
     }
+}
+
+/// Thread `tid`'s on-CPU and run-queue shares in `report` against schedstat's over `window`.
+fn assert_cpu_and_queue_hold(
+    report: &serde_json::Value,
+    samples: &Samples,
+    tid: u32,
+    (start, end): (u64, u64),
+) {
+    let t = thread(report, tid);
+    assert_covers_window(t, report);
+    let s = split(t);
+    let o = samples.split(tid, start, end);
+    let name = t["comm"].as_str().unwrap_or("?");
+    eprintln!("{name}: stallscope: {s:?}\nkernel: {o:?}");
+    assert_in_range(&format!("{name} on-CPU"), s.on_cpu, o.on_cpu_range());
+    assert_close(&format!("{name} run queue"), s.runqueue, o.runqueue);
 }
 
 #[test]
@@ -285,14 +295,7 @@ fn a_target_that_turns_busy_then_quiet_keeps_its_account_through_both_moves() {
     let report = parse_report(&finished.stdout);
     let (start, end) = window(&report);
     for tid in w.tids() {
-        let t = thread(&report, tid);
-        assert_covers_window(t, &report);
-        let s = split(t);
-        let o = samples.split(tid, start, end);
-        let name = t["comm"].as_str().unwrap_or("?");
-        eprintln!("{name}: stallscope: {s:?}\nkernel: {o:?}");
-        assert_in_range(&format!("{name} on-CPU"), s.on_cpu, o.on_cpu_range());
-        assert_close(&format!("{name} run queue"), s.runqueue, o.runqueue);
+        assert_cpu_and_queue_hold(&report, &samples, tid, (start, end));
     }
 }
 
