@@ -128,6 +128,7 @@ impl Config {
             Tracer::Bpftrace => &self.peers.bpftrace,
             Tracer::Runqlat => &self.peers.runqlat,
             Tracer::Offcputime => &self.peers.offcputime,
+            Tracer::PerfSwitchCount => &self.peers.perf,
         };
         peer.as_deref().map_err(String::as_str)
     }

@@ -1,4 +1,5 @@
-//! Finds the peer tracers (bpftrace, libbpf-tools' runqlat and offcputime) and installs them
+//! Finds the peer tracers (bpftrace, libbpf-tools' runqlat and offcputime, and perf for the
+//! per-thread floor) and installs them
 //! with apt when missing. A peer that cannot be had is a value with its reason, not an error:
 //! the benchmark leaves it out of the table and says why.
 use std::{
@@ -12,13 +13,15 @@ pub struct Peers {
     pub bpftrace: Result<PathBuf, String>,
     pub runqlat: Result<PathBuf, String>,
     pub offcputime: Result<PathBuf, String>,
+    pub perf: Result<PathBuf, String>,
 }
 
 /// (binary, Debian package).
-const WANTED: [(&str, &str); 3] = [
+const WANTED: [(&str, &str); 4] = [
     ("bpftrace", "bpftrace"),
     ("runqlat", "libbpf-tools"),
     ("offcputime", "libbpf-tools"),
+    ("perf", "linux-perf"),
 ];
 
 pub fn ensure() -> Peers {
@@ -59,6 +62,7 @@ pub fn ensure() -> Peers {
         bpftrace: find("bpftrace", "bpftrace"),
         runqlat: find("runqlat", "libbpf-tools"),
         offcputime: find("offcputime", "libbpf-tools"),
+        perf: find("perf", "linux-perf"),
     }
 }
 

@@ -164,7 +164,9 @@ pub fn print(cfg: &Config, records: &[RunRecord]) {
          in-kernel BPF time is charged to the workload and shows in the ratio. Added ns = \
          1/traced − 1/baseline per round or op. bpftrace runs \
          `tracepoint:sched:sched_switch {{ @[args->prev_pid] = count(); }}` with no PID filter; \
-         runqlat and offcputime get `-p PID`.\n"
+         runqlat and offcputime get `-p PID`; perf runs `stat -e context-switches -p PID`, \
+         a counting event with no program on each target thread: the floor of any \
+         per-thread switch hook.\n"
     );
     println!(
         "| workload | tracer | throughput | ratio | added ns/round | tracer CPU | peak RSS | \

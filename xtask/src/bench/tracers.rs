@@ -33,6 +33,9 @@ pub enum Tracer {
     Bpftrace,
     Runqlat,
     Offcputime,
+    /// `perf stat -e context-switches -p PID`: a counting context-switch event on each of the
+    /// target's threads and no program, the least that any per-thread switch hook costs.
+    PerfSwitchCount,
 }
 
 impl Tracer {
@@ -59,6 +62,7 @@ impl Tracer {
             Self::Bpftrace => "bpftrace",
             Self::Runqlat => "runqlat",
             Self::Offcputime => "offcputime",
+            Self::PerfSwitchCount => "perf stat -e context-switches (floor)",
         }
     }
 }
@@ -161,6 +165,18 @@ pub fn attach(
         }
         Tracer::Runqlat | Tracer::Offcputime => {
             cmd.args(["-p", &pid_s]);
+            None
+        }
+        Tracer::PerfSwitchCount => {
+            cmd.args([
+                "stat",
+                "-e",
+                "context-switches",
+                "-o",
+                "/dev/null",
+                "-p",
+                &pid_s,
+            ]);
             None
         }
     };
