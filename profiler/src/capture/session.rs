@@ -363,7 +363,7 @@ impl Session {
                         break EndReason::TargetExited;
                     }
                     if let Some(switches) = self.switches.as_mut() {
-                        switches.tick(&mut self.ebpf, self.last_tick_ns, &alive)?;
+                        switches.tick(&mut self.ebpf, self.last_tick_ns, &alive);
                     }
                     if self.segments.as_ref().is_some_and(|s| self.last_tick_ns >= s.next_ns) {
                         self.drain(ring.get_mut())?;

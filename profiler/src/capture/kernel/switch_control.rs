@@ -119,11 +119,22 @@ impl SwitchControl {
     }
 
     /// At each tick, with the tracked threads alive then: at the end of a window, a move if
-    /// the rates call for one.
-    pub fn tick(&mut self, ebpf: &mut aya::Ebpf, now_ns: u64, tids: &[u32]) -> anyhow::Result<()> {
+    /// the rates call for one. Nothing here ends a recording: what goes wrong ends the moves,
+    /// said once.
+    pub fn tick(&mut self, ebpf: &mut aya::Ebpf, now_ns: u64, tids: &[u32]) {
         if self.chooser.is_none() {
-            return Ok(());
+            return;
         }
+        if let Err(e) = self.decide(ebpf, now_ns, tids) {
+            self.chooser = None;
+            eprintln!(
+                "stallscope: warning: staying with {}: reading the switch rates: {e:#}",
+                name(self.hook)
+            );
+        }
+    }
+
+    fn decide(&mut self, ebpf: &mut aya::Ebpf, now_ns: u64, tids: &[u32]) -> anyhow::Result<()> {
         let now = Reading {
             at_ns: now_ns,
             host: switch_choice::host_switches()?,
@@ -152,9 +163,16 @@ impl SwitchControl {
         match self.begin(ebpf, to, tids) {
             Ok(()) => {
                 std::thread::sleep(STEP);
-                loader::set_switch_mode(ebpf, mode(to))?;
-                std::thread::sleep(STEP);
-                self.release(ebpf)?;
+                let finished = loader::set_switch_mode(ebpf, mode(to)).and_then(|()| {
+                    std::thread::sleep(STEP);
+                    self.release(ebpf)
+                });
+                if let Err(e) = finished {
+                    // Both hooks attached, the mode BOTH or the new one: every switch is still
+                    // accounted, at the cost of both. No more moves are tried.
+                    self.chooser = None;
+                    eprintln!("stallscope: warning: finishing a move between switch hooks: {e:#}");
+                }
                 eprintln!(
                     "stallscope: context switches now seen by {} (the target made {:.0}/s, \
                      {:.1}% of the host's {:.0}/s)",
