@@ -376,9 +376,20 @@ fn by_gpm(
     }
 }
 
+/// Where `g` was sampled: its first sample's start to its last one's end.
+fn sampled(g: &GpuTimeline) -> (u64, u64) {
+    match (g.samples.first(), g.samples.last()) {
+        (Some(f), Some(l)) => (f.start_ns(), l.ts_ns),
+        _ => (0, 0),
+    }
+}
+
 /// Per window, the busy time beyond the least busy rank's GPU; scaled down so that the total
 /// is at most this GPU's busy time beyond the least busy rank's over the whole recording, so
-/// that GPUs busy at different moments of a step (phase, not waiting) cancel out.
+/// that GPUs busy at different moments of a step (phase, not waiting) cancel out. A rank's GPU
+/// is compared only where it was sampled: one seen late (its rank started after the
+/// recording) or lost early (its rank ended first) did not idle outside, and taking it as
+/// idle there made the other ranks wait for it then.
 fn by_peers(g: &GpuTimeline, out: &Spans, ranked: &[&GpuTimeline]) -> GpuWaiting {
     let mut raw: Vec<f64> = g
         .samples
@@ -388,23 +399,27 @@ fn by_peers(g: &GpuTimeline, out: &Spans, ranked: &[&GpuTimeline]) -> GpuWaiting
             let u = f64::from(s.util_pct.min(100)) / 100.0;
             let least = ranked
                 .iter()
+                .filter(|p| {
+                    let (from, to) = sampled(p);
+                    from <= start && end <= to
+                })
                 .map(|p| busy_over(p, start, end))
-                .fold(f64::INFINITY, f64::min);
+                .fold(u, f64::min);
             (u - least).max(0.0).min(out.cover(start, end))
         })
         .collect();
-    let (from, to) = match (g.samples.first(), g.samples.last()) {
-        (Some(f), Some(l)) => (f.start_ns(), l.ts_ns),
-        _ => (0, 0),
-    };
-    let mine = busy_over(g, from, to);
-    let least = ranked
-        .iter()
-        .map(|p| busy_over(p, from, to))
-        .fold(f64::INFINITY, f64::min);
+    let (from, to) = sampled(g);
     let span = to.saturating_sub(from) as f64;
+    // Against each rank's GPU over the time both were sampled, the largest difference.
+    let excess = ranked
+        .iter()
+        .filter_map(|p| {
+            let (p_from, p_to) = sampled(p);
+            let (start, end) = (from.max(p_from), to.min(p_to));
+            (end > start).then(|| busy_over(g, start, end) - busy_over(p, start, end))
+        })
+        .fold(0.0, f64::max);
     // Sampling and step boundaries leave GPUs of equal work a little apart.
-    let excess = mine - least;
     let excess_ns = if excess < PEER_NOISE {
         0.0
     } else {
@@ -674,6 +689,32 @@ mod tests {
         let waited: f64 = w0.fractions.iter().sum();
         assert!((waited - 10.0).abs() < 0.3, "{waited} {:?}", w0.fractions);
         assert!(w[&1].fractions.iter().sum::<f64>() < 0.01);
+    }
+
+    #[test]
+    fn without_gpm_a_rank_sampled_late_did_not_idle_before() {
+        // Rank 1's GPU appears halfway (its rank started later), half busy; rank 0 is busy
+        // throughout with a collective outstanding. Where both were sampled rank 0 is 0.5
+        // busier: 0.5 of its 20 windows waited, not the 0.75 that taking rank 1 as idle
+        // before it appeared would give.
+        let mut late = gpu(1, 11, &[50; 10], &[]);
+        for s in &mut late.samples {
+            s.ts_ns += 10 * P;
+        }
+        let a = analysis(
+            vec![gpu(0, 10, &[100; 20], &[]), late],
+            vec![
+                span(10, 0, 0, Some(20 * P)),
+                span(11, 0, 10 * P, Some(20 * P)),
+            ],
+        );
+        let w = derive_alone(&a);
+        let waited: f64 = w[&0].fractions.iter().sum();
+        assert!(
+            (waited - 10.0).abs() < 0.3,
+            "{waited} {:?}",
+            w[&0].fractions
+        );
     }
 
     #[test]
