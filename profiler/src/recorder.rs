@@ -139,6 +139,12 @@ pub fn run(args: RecordArgs) -> anyhow::Result<i32> {
             decoder.python.scan(&mut ebpf, pid, Some(&maps));
         }
     }
+    // Before the threads' states are read: the measuring takes 0.2 s, and states read before
+    // it aged unseen until the switch hook attached (two spinners sharing a CPU, seeded as
+    // queued, read 5 points less on-CPU than schedstat over the first second).
+    let (hook, auto) = hook_choice
+        .join()
+        .map_err(|_| anyhow::anyhow!("measuring the switch rates panicked"))??;
     let start_ns = monotonic_ns();
     let seeds = match &launched {
         Some(l) => vec![target::SeedThread {
@@ -160,9 +166,6 @@ pub fn run(args: RecordArgs) -> anyhow::Result<i32> {
                 ..ThreadStats::default()
             }
         })?;
-    let (hook, auto) = hook_choice
-        .join()
-        .map_err(|_| anyhow::anyhow!("measuring the switch rates panicked"))??;
     let mut unavailable = layout.missing.clone();
     unavailable.extend(loader::attach(
         &mut ebpf,

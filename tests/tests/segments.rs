@@ -29,24 +29,9 @@ fn segments(stdout: &str) -> Vec<Value> {
         .collect()
 }
 
-/// Each segment's split is held to 5 points over 1 s windows, next to the edges' own error:
-/// once in CI, after the eight-rank scenarios, a segment read 5.2 points off. A failed run
-/// gets the one rerun (said, and listed by `cargo xtask test`); the second must pass.
 #[test]
 fn segments_follow_each_other_and_each_accounts_its_own_window() {
     let _serial = serial();
-    if let Err(p) = std::panic::catch_unwind(segmented_recording_holds) {
-        let why = p
-            .downcast_ref::<String>()
-            .map(String::as_str)
-            .or_else(|| p.downcast_ref::<&str>().copied())
-            .unwrap_or("(no message)");
-        stallscope_tests::reruns::note("segments", why);
-        segmented_recording_holds();
-    }
-}
-
-fn segmented_recording_holds() {
     let cpu = common::last_allowed_cpu().to_string();
     // Two spinners on one CPU: each is on it about half the time and queued the rest, a
     // split that a segment counted from the wrong start would get wrong.
