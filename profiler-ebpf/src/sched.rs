@@ -97,10 +97,6 @@ pub fn found_running(
 
 #[btf_tracepoint(function = "sched_switch")]
 pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
-    if !tracepoint_sees_switches() {
-        // Attached only while moving to or from per-thread events.
-        return 0;
-    }
     let Some(cpu) = CPU_CURRENT.get_ptr_mut(0) else {
         return 0;
     };
@@ -117,6 +113,12 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
         // CPU's record keeps the time of the last switch that was, which only bounds a
         // tracked thread's switch-in that went unseen.
         cpu.task = next_task;
+        return 0;
+    }
+    // After the untracked switches' path, which then costs no mode lookup: with per-thread
+    // events (this program attached only while moving to or from them) it writes nothing
+    // that counts, since a move to the tracepoint clears the CPUs' records first.
+    if !tracepoint_sees_switches() {
         return 0;
     }
     let now = unsafe { bpf_ktime_get_ns() };

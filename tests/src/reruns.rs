@@ -28,3 +28,12 @@ pub fn note(test: &str, why: &str) {
         );
     }
 }
+
+/// What a caught panic said, for [`note`].
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
+    payload
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| payload.downcast_ref::<&str>().copied())
+        .unwrap_or("(no message)")
+}

@@ -347,10 +347,7 @@ fn ranked(
         Ok(r) => check(&r),
         Err(p) => Err(format!(
             "the run panicked: {}",
-            p.downcast_ref::<String>()
-                .map(String::as_str)
-                .or_else(|| p.downcast_ref::<&str>().copied())
-                .unwrap_or("(no message)")
+            stallscope_tests::reruns::panic_message(&*p)
         )),
     };
     if let Err(first) = first {
