@@ -100,6 +100,15 @@ pub mod switch_hook {
     pub const BOTH: u32 = 2;
 }
 
+/// Indices of the eBPF `CONTROL` array: switches user space flips while recording.
+pub mod control {
+    /// Non-zero once the recording is ending: the CUDA probes send and count nothing more.
+    pub const STOPPED: u32 = 0;
+    /// Non-zero while the launch probes' on-period is credited: launches count only then.
+    pub const LAUNCHES_COUNTED: u32 = 1;
+    pub const ENTRIES: u32 = 2;
+}
+
 /// Ring-buffer record kinds; the first `u32` of every record.
 pub mod kind {
     pub const CPU_SAMPLE: u32 = 1;

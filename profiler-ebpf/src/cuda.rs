@@ -26,7 +26,16 @@ use crate::{
 
 #[inline(always)]
 fn stopped() -> bool {
-    CONTROL.get(0).is_some_and(|v| *v != 0)
+    CONTROL
+        .get(profiler_common::control::STOPPED)
+        .is_some_and(|v| *v != 0)
+}
+
+#[inline(always)]
+fn launches_counted() -> bool {
+    CONTROL
+        .get(profiler_common::control::LAUNCHES_COUNTED)
+        .is_some_and(|v| *v != 0)
 }
 
 #[inline(always)]
@@ -127,7 +136,7 @@ pub fn cuda_exit(ctx: RetProbeContext) -> u32 {
 #[uprobe]
 pub fn cuda_launch(ctx: ProbeContext) -> u32 {
     let tid = bpf_get_current_pid_tgid() as u32;
-    if stopped() || slot_of(tid) == 0 {
+    if stopped() || !launches_counted() || slot_of(tid) == 0 {
         return 0;
     }
     let key = (u64::from(tid) << 32) | (attach_cookie(&ctx) & 0xffff_ffff);

@@ -153,11 +153,17 @@ pub static CUDA_INFLIGHT: LruHashMap<u32, CallEntry> = LruHashMap::with_max_entr
 #[map]
 pub static LAUNCHES: LruHashMap<u64, u64> = LruHashMap::with_max_entries(16384, 0);
 
-/// Index 0: non-zero once user space is ending the recording. Removing uprobes takes a grace
-/// period each, so they are removed after the recording is complete; until then this keeps
-/// them from sending (or counting) anything.
+/// Index 0 ([`profiler_common::control::STOPPED`]): non-zero once user space is ending the
+/// recording. Removing uprobes takes a grace period each, so they are removed after the
+/// recording is complete; until then this keeps them from sending (or counting) anything.
+/// Index 1 ([`profiler_common::control::LAUNCHES_COUNTED`]): non-zero while a launch
+/// on-period is being credited. Opening and closing the launch probes takes far longer than
+/// an on-period on a real libcudart (a probe stayed live for 0.4 s of a 20 ms on-period on an
+/// H200 host, and the launch rate read 50 times the job's), so launches count only between
+/// the moments user space credits.
 #[map]
-pub static CONTROL: aya_ebpf::maps::Array<u32> = aya_ebpf::maps::Array::with_max_entries(1, 0);
+pub static CONTROL: aya_ebpf::maps::Array<u32> =
+    aya_ebpf::maps::Array::with_max_entries(profiler_common::control::ENTRIES, 0);
 
 /// Traced CPython processes, by PID: where their interpreter keeps a thread's frames.
 #[map]

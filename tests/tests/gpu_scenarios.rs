@@ -31,6 +31,8 @@ struct Run {
     device_idle: Result<f64, String>,
     pid: u32,
     libs: PathBuf,
+    /// What stallgen printed, its totals line at exit included.
+    job_stdout: String,
 }
 
 /// Runs `stallgen --scenario NAME` for `job_secs`, attaches stallscope for `record_secs`.
@@ -101,7 +103,9 @@ fn run_env(
     let report = parse_report(&f.stdout);
     let start = report["start_ns"].as_u64().unwrap_or(0);
     let device_idle = sim.device_idle(start, start + report["duration_ns"].as_u64().unwrap_or(0));
-    let _ = job.finish(Duration::from_secs(u64::from(job_secs) + 30));
+    let job_stdout = job
+        .finish(Duration::from_secs(u64::from(job_secs) + 30))
+        .stdout;
     let truth = std::fs::read_to_string(&truth_path)
         .unwrap_or_default()
         .lines()
@@ -113,6 +117,7 @@ fn run_env(
         device_idle,
         pid,
         libs: sim.libs.clone(),
+        job_stdout,
     }
 }
 
@@ -193,6 +198,9 @@ fn labelled(r: &Run, scenario: &str, cause: &str) -> Result<(), String> {
         .find(|c| c["cause"] == cause)
         .ok_or_else(|| format!("no evidence for {cause}: {}", g["causes"]))?["evidence"];
     cause_evidence_holds(cause, ev).map_err(|e| format!("{scenario}: {e}: {ev}"))?;
+    if cause == "launch_overhead" {
+        launch_rate_agrees(r)?;
+    }
     if expected >= STALL_EXPECTED_ABOVE {
         // The moment before the probes attach has no cause, and can make a long stall of its
         // own.
@@ -288,6 +296,33 @@ fn cause_evidence_holds(cause: &str, ev: &Value) -> Result<(), String> {
     } else {
         Err(format!("the {cause} evidence lacks what names it"))
     }
+}
+
+/// The launch rate the report gives against the one stallgen counted. The probes slow each
+/// launch they see (a uprobe costs microseconds, several times a simulated launch), so the
+/// rate while they are on may be far lower than the job's (the label's own floor is checked
+/// with the evidence); it may never be higher. On a real libcudart closing the probes took
+/// long enough that launches made after the on-period were counted against it: 50 times the
+/// rate.
+fn launch_rate_agrees(r: &Run) -> Result<(), String> {
+    let job_rate: f64 = r
+        .job_stdout
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("launches_per_sec="))
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| format!("stallgen printed no launch rate: {}", r.job_stdout))?;
+    let seen: f64 = r.report["cuda"]["processes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| p["launches"]["per_sec"].as_f64())
+        .sum();
+    if seen > job_rate * 1.25 {
+        return Err(format!(
+            "the report reads {seen:.0} launches/s where stallgen made {job_rate:.0}/s"
+        ));
+    }
+    Ok(())
 }
 
 #[test]

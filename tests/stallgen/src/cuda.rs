@@ -34,19 +34,11 @@ struct Api {
     mem_alloc: unsafe extern "C" fn(*mut DevicePtr, usize) -> CuResult,
     mem_host_alloc: unsafe extern "C" fn(*mut *mut c_void, usize, c_uint) -> CuResult,
     memcpy_htod_async: unsafe extern "C" fn(DevicePtr, *const c_void, usize, Handle) -> CuResult,
-    launch_kernel: unsafe extern "C" fn(
-        Handle,
-        c_uint,
-        c_uint,
-        c_uint,
-        c_uint,
-        c_uint,
-        c_uint,
-        c_uint,
-        Handle,
-        *mut *mut c_void,
-        *mut *mut c_void,
-    ) -> CuResult,
+    launch_kernel: LaunchKernel,
+    /// The per-thread-default-stream twin, which frameworks built with
+    /// `--default-stream per-thread` call: every other launch goes through it, so that the
+    /// launch probes count more than one entry point, as on a real host.
+    launch_kernel_ptsz: Option<LaunchKernel>,
     stream_create: unsafe extern "C" fn(*mut Handle, c_uint) -> CuResult,
     stream_destroy: unsafe extern "C" fn(Handle) -> CuResult,
     stream_synchronize: unsafe extern "C" fn(Handle) -> CuResult,
@@ -103,6 +95,7 @@ impl Driver {
                 mem_host_alloc: sym(&lib, "cuMemHostAlloc")?,
                 memcpy_htod_async: sym(&lib, "cuMemcpyHtoDAsync_v2")?,
                 launch_kernel: sym(&lib, "cuLaunchKernel")?,
+                launch_kernel_ptsz: sym(&lib, "cuLaunchKernel_ptsz").ok(),
                 stream_create: sym(&lib, "cuStreamCreate")?,
                 stream_destroy: sym(&lib, "cuStreamDestroy_v2")?,
                 stream_synchronize: sym(&lib, "cuStreamSynchronize")?,
@@ -146,12 +139,27 @@ impl Driver {
 }
 
 /// One context on the job's GPU with the job's stream, kernel and device buffer.
+type LaunchKernel = unsafe extern "C" fn(
+    Handle,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    Handle,
+    *mut *mut c_void,
+    *mut *mut c_void,
+) -> CuResult;
+
 pub struct Gpu {
     drv: Driver,
     stream: Handle,
     spin: Handle,
     dbuf: DevicePtr,
     dbuf_bytes: usize,
+    launches: std::sync::atomic::AtomicU64,
 }
 
 impl Gpu {
@@ -200,6 +208,7 @@ impl Gpu {
             spin,
             dbuf,
             dbuf_bytes: batch_bytes,
+            launches: Default::default(),
         })
     }
 
@@ -244,10 +253,17 @@ impl Gpu {
     /// Launches the spin kernel for `ns` nanoseconds on one thread of one block.
     pub fn launch_spin(&self, ns: u64) -> Result<()> {
         let mut params = [(&raw const ns).cast_mut().cast::<c_void>()];
+        let n = self
+            .launches
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (launch, name) = match self.drv.api.launch_kernel_ptsz {
+            Some(ptsz) if n % 2 == 1 => (ptsz, "cuLaunchKernel_ptsz"),
+            _ => (self.drv.api.launch_kernel, "cuLaunchKernel"),
+        };
         // SAFETY: `params` holds one pointer to the kernel's only parameter, a u64; the driver
         // copies parameters during the call, so the locals may die afterwards.
         let r = unsafe {
-            (self.drv.api.launch_kernel)(
+            launch(
                 self.spin,
                 1,
                 1,
@@ -261,7 +277,7 @@ impl Gpu {
                 std::ptr::null_mut(),
             )
         };
-        self.drv.check("cuLaunchKernel", r)
+        self.drv.check(name, r)
     }
 
     /// `loss.item()`: wait for the stream (spinning on-CPU by default), then read 4 bytes.

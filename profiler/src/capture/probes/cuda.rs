@@ -117,7 +117,15 @@ impl CudaProbes {
                 .map_err(|e| e.to_string())
                 .and_then(|fd| {
                     let fd: OwnedFd = fd.as_fd().try_clone_to_owned().map_err(|e| e.to_string())?;
-                    super::launch_duty::DutyCycle::start(fd, duty.on, duty.period)
+                    let control = match ebpf.map("CONTROL") {
+                        Some(aya::maps::Map::Array(data)) => data
+                            .fd()
+                            .as_fd()
+                            .try_clone_to_owned()
+                            .map_err(|e| e.to_string())?,
+                        _ => return Err("the CONTROL map is missing".to_string()),
+                    };
+                    super::launch_duty::DutyCycle::start(fd, control, duty.on, duty.period)
                         .map_err(|e| e.to_string())
                 });
             match fd {
@@ -350,7 +358,7 @@ impl CudaProbes {
     pub fn silence(&mut self, ebpf: &mut Ebpf) {
         if let Some(map) = ebpf.map_mut("CONTROL")
             && let Ok(mut control) = aya::maps::Array::<_, u32>::try_from(map)
-            && let Err(e) = control.set(0, 1, 0)
+            && let Err(e) = control.set(profiler_common::control::STOPPED, 1, 0)
         {
             log::warn!("silencing the CUDA probes: {e}");
         }

@@ -21,6 +21,7 @@ use std::{
 use crate::capture::clock::monotonic_ns;
 
 const PERF_EVENT_IOC_ENABLE: libc::c_ulong = 0x2400;
+const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
 const BPF_LINK_CREATE: libc::c_long = 28;
 const BPF_PERF_EVENT: u32 = 41;
 const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 8;
@@ -96,6 +97,32 @@ fn open_probe(
     Ok((link, perf))
 }
 
+/// Sets the eBPF `CONTROL` array's launch-counting switch (see `profiler_common::control`).
+fn set_counting(control: &OwnedFd, on: bool) -> std::io::Result<()> {
+    let key = profiler_common::control::LAUNCHES_COUNTED;
+    let value = u32::from(on);
+    // union bpf_attr for BPF_MAP_UPDATE_ELEM: map_fd (then padding), key, value, flags.
+    let attr: [u64; 4] = [
+        control.as_raw_fd() as u64,
+        &raw const key as u64,
+        &raw const value as u64,
+        0,
+    ];
+    // SAFETY: a bpf_attr of the size given, whose key and value outlive the call.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_MAP_UPDATE_ELEM,
+            attr.as_ptr(),
+            std::mem::size_of_val(&attr) as u32,
+        )
+    };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 enum Cmd {
     Add(PathBuf, u64, u64),
 }
@@ -110,8 +137,15 @@ pub struct DutyCycle {
 }
 
 impl DutyCycle {
-    /// `on` out of every `period` (all of it when `on >= period`).
-    pub fn start(prog: OwnedFd, on: Duration, period: Duration) -> std::io::Result<Self> {
+    /// `on` out of every `period` (all of it when `on >= period`). `control` is the eBPF
+    /// `CONTROL` array, whose switch makes the launches count only while an on-period is
+    /// credited.
+    pub fn start(
+        prog: OwnedFd,
+        control: OwnedFd,
+        on: Duration,
+        period: Duration,
+    ) -> std::io::Result<Self> {
         let pmu = uprobe_pmu_type()?;
         let (tx, rx) = channel();
         let shared = Shared {
@@ -126,7 +160,7 @@ impl DutyCycle {
         );
         let handle = std::thread::Builder::new()
             .name("stallscope-launch".into())
-            .spawn(move || run(pmu, prog, on, period, rx, shared))?;
+            .spawn(move || run(pmu, prog, control, on, period, rx, shared))?;
         Ok(Self {
             tx: Some(tx),
             probed_ns,
@@ -188,6 +222,7 @@ struct Shared {
 struct Worker {
     pmu: u32,
     prog: OwnedFd,
+    control: OwnedFd,
     rx: Receiver<Cmd>,
     shared: Shared,
     targets: Vec<(CString, u64, u64)>,
@@ -218,7 +253,18 @@ impl Worker {
         for i in 0..self.targets.len() {
             self.open_one(i);
         }
+        // Credited from here, once every probe is live: opening them takes a while.
         self.shared.on_since.store(monotonic_ns(), Ordering::SeqCst);
+        self.count(true);
+    }
+
+    fn count(&self, on: bool) {
+        if let Err(e) = set_counting(&self.control, on) {
+            log::warn!(
+                "switching the launch count {}: {e}",
+                if on { "on" } else { "off" }
+            );
+        }
     }
 
     /// Credits the time on so far.
@@ -237,8 +283,9 @@ impl Worker {
     }
 
     fn switch_off(&mut self) {
-        // The breakpoints go at the start of each close; the grace period after it costs
-        // the job nothing, so the on-period ends before it.
+        // Uncredited from here: closing the probes one by one leaves the last ones live for
+        // their predecessors' grace periods.
+        self.count(false);
         self.account();
         self.shared.on_since.store(0, Ordering::SeqCst);
         self.open.clear();
@@ -268,10 +315,19 @@ impl Worker {
     }
 }
 
-fn run(pmu: u32, prog: OwnedFd, on: Duration, period: Duration, rx: Receiver<Cmd>, shared: Shared) {
+fn run(
+    pmu: u32,
+    prog: OwnedFd,
+    control: OwnedFd,
+    on: Duration,
+    period: Duration,
+    rx: Receiver<Cmd>,
+    shared: Shared,
+) {
     let mut w = Worker {
         pmu,
         prog,
+        control,
         rx,
         shared,
         targets: Vec::new(),
