@@ -181,7 +181,6 @@ pub struct Analyzer {
     cuda_processes: BTreeMap<u32, String>,
     cuda_calls: Vec<crate::recording::record::CudaCall>,
     cuda_libraries: Vec<crate::cuda::ProbedLibrary>,
-    launches: BTreeMap<u32, u64>,
     launches_by_api: BTreeMap<u32, BTreeMap<String, u64>>,
     launch_probed_ns: u64,
     env_ranks: BTreeMap<u32, crate::cuda::RankInfo>,
@@ -423,8 +422,6 @@ impl Analyzer {
                 // Saturating: the counts come from a file, which may be damaged.
                 self.launch_probed_ns = self.launch_probed_ns.saturating_add(probed_ns);
                 for c in counts {
-                    let n = self.launches.entry(c.pid).or_default();
-                    *n = n.saturating_add(c.launches);
                     let n = self
                         .launches_by_api
                         .entry(c.pid)
@@ -508,11 +505,10 @@ impl Analyzer {
             cuda_processes: self.cuda_processes,
             cuda: crate::cuda::CudaView {
                 env_ranks: self.env_ranks,
-                launches_by_api: self.launches_by_api,
                 ..crate::cuda::build(
                     self.cuda_calls,
                     self.cuda_libraries,
-                    &self.launches,
+                    self.launches_by_api,
                     self.launch_probed_ns,
                 )
             },

@@ -832,7 +832,7 @@ mod tests {
             let mut a = straggler(&sm0, &sm1);
             let mut calls = ddp_calls(10, events);
             calls.extend(ddp_calls(11, events));
-            a.cuda = crate::cuda::build(calls, Vec::new(), &BTreeMap::new(), 0);
+            a.cuda = crate::cuda::build(calls, Vec::new(), BTreeMap::new(), 0);
             assert_eq!(a.cuda.event_deps.contains(&10), events);
             // Each all-reduce is outstanding from its queueing to the end of `.item()`'s sync.
             assert!(
@@ -856,7 +856,7 @@ mod tests {
             .collect();
         calls.extend(ddp_calls(11, true));
         let mut a = straggler(&[], &[]);
-        a.cuda = crate::cuda::build(calls, Vec::new(), &BTreeMap::new(), 0);
+        a.cuda = crate::cuda::build(calls, Vec::new(), BTreeMap::new(), 0);
         let mine: Vec<_> = a.cuda.collectives.iter().filter(|c| c.pid == 10).collect();
         assert!(mine.iter().all(|c| c.done_ns.is_none()), "{mine:?}");
         let out = outstanding(&a, &[10]);

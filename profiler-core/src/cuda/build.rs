@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use super::view::{
     CollectiveSpan, CudaView, HostWait, LaunchStats, ProbedLibrary, RankInfo, WaitKind,
 };
-use super::{CopyDir, CudaOp, SyncScope};
+use super::{APIS, CopyDir, CudaOp, Library, SyncScope};
 use crate::recording::record::CudaCall;
 
 /// Page-locked host ranges of one process over time.
@@ -141,11 +141,30 @@ impl Queues {
     }
 }
 
-/// Builds the view from the probed calls, in any order.
+/// A process's kernel launches from its counts per entry point. A launch through the runtime
+/// (`cudaLaunchKernel`) goes on into the driver's exported entry point (CUDA 13 on an H200 host
+/// counted 1,318,630 of each), so each layer alone is every launch it saw: the busier layer
+/// counts, never the sum. (A runtime that reached the driver by an unexported path, alongside
+/// direct driver launches, would be under-counted by the smaller layer.)
+pub fn launches_once(by_api: &BTreeMap<String, u64>) -> u64 {
+    let mut by_library: BTreeMap<Library, u64> = BTreeMap::new();
+    for (api, &n) in by_api {
+        let library = APIS
+            .iter()
+            .find(|a| a.name == api)
+            .map_or(Library::Driver, |a| a.library);
+        let sum = by_library.entry(library).or_default();
+        *sum = sum.saturating_add(n);
+    }
+    by_library.into_values().max().unwrap_or(0)
+}
+
+/// Builds the view from the probed calls, in any order; `launches_by_api` is each process's
+/// launch count per entry point, `launch_probed_ns` the time the launch probes were on.
 pub fn build(
     mut calls: Vec<CudaCall>,
     libraries: Vec<ProbedLibrary>,
-    launch_counts: &BTreeMap<u32, u64>,
+    launches_by_api: BTreeMap<u32, BTreeMap<String, u64>>,
     launch_probed_ns: u64,
 ) -> CudaView {
     calls.sort_by_key(|c| (c.start_ns, c.tid));
@@ -400,9 +419,10 @@ pub fn build(
         }
     }
     waits.sort_by_key(|w| (w.start_ns, w.tid));
-    let launches = launch_counts
+    let launches = launches_by_api
         .iter()
-        .map(|(&pid, &counted)| {
+        .map(|(&pid, by_api)| {
+            let counted = launches_once(by_api);
             let per_sec = if launch_probed_ns > 0 {
                 counted as f64 / (launch_probed_ns as f64 / 1e9)
             } else {
@@ -419,7 +439,7 @@ pub fn build(
         collectives,
         event_deps: with_events,
         env_ranks: BTreeMap::new(),
-        launches_by_api: BTreeMap::new(),
+        launches_by_api,
         launches,
         launch_probed_ns,
         copy_bytes,
@@ -527,7 +547,7 @@ mod tests {
             ),
             sync(20_400, 30_000),
         ];
-        let v = build(calls, Vec::new(), &BTreeMap::new(), 0);
+        let v = build(calls, Vec::new(), BTreeMap::new(), 0);
         assert_eq!(
             kinds(&v),
             vec![
@@ -574,7 +594,7 @@ mod tests {
         let v = build(
             vec![sync(0, 50), coll(60), sync(61, 100), sync(110, 120)],
             Vec::new(),
-            &BTreeMap::new(),
+            BTreeMap::new(),
             0,
         );
         let k: Vec<WaitKind> = v.waits.iter().map(|w| w.kind).collect();
@@ -606,7 +626,7 @@ mod tests {
                 handle: 0,
             },
         );
-        let v = build(vec![ctx, coll], Vec::new(), &BTreeMap::new(), 0);
+        let v = build(vec![ctx, coll], Vec::new(), BTreeMap::new(), 0);
         assert_eq!(kinds(&v), vec![(5, WaitKind::Collective, 0)]);
     }
 
@@ -690,7 +710,7 @@ mod tests {
             },
         ));
         calls.push(stream_sync(310, 390, 1));
-        let v = build(calls, Vec::new(), &BTreeMap::new(), 0);
+        let v = build(calls, Vec::new(), BTreeMap::new(), 0);
         let k: Vec<(u64, WaitKind)> = v.waits.iter().map(|w| (w.start_ns, w.kind)).collect();
         assert_eq!(
             &k[1..],
@@ -717,7 +737,7 @@ mod tests {
         let mut calls = ddp_step(100, true);
         calls.extend(ddp_step(200, true));
         calls.last_mut().unwrap().status = crate::recording::record::IN_PROGRESS;
-        let v = build(calls, Vec::new(), &BTreeMap::new(), 0);
+        let v = build(calls, Vec::new(), BTreeMap::new(), 0);
         let done: Vec<Option<u64>> = v.collectives.iter().map(|c| c.done_ns).collect();
         assert_eq!(done, [Some(190), None]);
     }
@@ -728,7 +748,7 @@ mod tests {
         // The event probes were removed for their rate: the next steps have no event calls.
         calls.extend(ddp_step(200, false));
         calls.extend(ddp_step(300, false));
-        let v = build(calls, Vec::new(), &BTreeMap::new(), 0);
+        let v = build(calls, Vec::new(), BTreeMap::new(), 0);
         assert!(
             v.waits.iter().all(|w| w.kind == WaitKind::Collective),
             "{:?}",
@@ -742,7 +762,7 @@ mod tests {
         let mut calls = Vec::new();
         calls.extend(ddp_step(100, false));
         calls.extend(ddp_step(200, false));
-        let v = build(calls, Vec::new(), &BTreeMap::new(), 0);
+        let v = build(calls, Vec::new(), BTreeMap::new(), 0);
         assert!(v.waits.iter().all(|w| w.kind == WaitKind::Collective));
         assert_eq!(v.collectives[1].done_ns, Some(290));
         assert!(v.event_deps.is_empty());
@@ -753,7 +773,7 @@ mod tests {
         let v = build(
             vec![h2d(0, 100, 0x9000, false), sync(100, 200)],
             Vec::new(),
-            &BTreeMap::new(),
+            BTreeMap::new(),
             0,
         );
         let t = WaitIndex::new(&v.waits).totals(50, 150, |_| true);
@@ -771,9 +791,37 @@ mod tests {
         let v = build(
             Vec::new(),
             Vec::new(),
-            &BTreeMap::from([(7, 500)]),
+            BTreeMap::from([(7, BTreeMap::from([("cuLaunchKernel".to_string(), 500)]))]),
             250_000_000,
         );
         assert_eq!(v.launches[&7].per_sec, 2000.0);
+    }
+
+    #[test]
+    fn a_runtime_launch_seen_again_in_the_driver_counts_once() {
+        let counts = |pairs: &[(&str, u64)]| {
+            pairs
+                .iter()
+                .map(|&(api, n)| (api.to_string(), n))
+                .collect::<BTreeMap<_, _>>()
+        };
+        // Every runtime launch reached the driver, and a few kernels (Triton's) went to the
+        // driver directly.
+        let layered = counts(&[
+            ("cudaLaunchKernel", 1000),
+            ("cuLaunchKernel", 1000),
+            ("cuLaunchKernelEx", 40),
+        ]);
+        assert_eq!(launches_once(&layered), 1040);
+        // Entry points of one layer add up.
+        let driver = counts(&[("cuLaunchKernel", 300), ("cuLaunchKernel_ptsz", 200)]);
+        assert_eq!(launches_once(&driver), 500);
+        let v = build(
+            Vec::new(),
+            Vec::new(),
+            BTreeMap::from([(3, layered)]),
+            1_000_000_000,
+        );
+        assert_eq!(v.launches[&3].counted, 1040);
     }
 }
