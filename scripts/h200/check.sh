@@ -6,11 +6,16 @@
 # JSON and text reports, flamegraphs, the job's steps; the facts, doctor). No recordings.
 #
 #   BIN=.h200/bin OUT=/tmp/h200-out bash scripts/h200/check.sh
+# ONLY="healthy launch_overhead" runs just those scenarios (no NVML facts, doctor, fixed
+# variants or stallgen); RECORD_ARGS adds arguments to every `stallscope record`.
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 BIN=$(cd "${BIN:-.h200/bin}" && pwd)
 OUT=${OUT:-$PWD/h200-out}
 SECS=${SECS:-15}
+ONLY=${ONLY:-}
+RECORD_ARGS=${RECORD_ARGS:-}
+wanted() { [ -z "$ONLY" ] || [[ " $ONLY " == *" $1 "* ]]; }
 R=$OUT/results
 mkdir -p "$R"
 exec 3>>"$OUT/summary.txt"
@@ -76,6 +81,7 @@ else
 fi
 kill $SLEEPER 2>/dev/null
 
+if [ -z "$ONLY" ]; then
 # 2. NVML as stallscope depends on it: the utilization samples' spacing (under load), GPM,
 #    the link, clocks and throttle reasons.
 step nvml-facts 60 python3 "$HERE/nvml_facts.py" "$R/nvml.json"
@@ -85,11 +91,13 @@ step nvml-facts 60 python3 "$HERE/nvml_facts.py" "$R/nvml.json"
 step doctor-text 60 sh -c "'$BIN/stallscope' doctor > '$R/doctor.txt' 2>&1"
 step doctor-json 60 sh -c "'$BIN/stallscope' doctor --format json > '$R/doctor.json' 2>>'$OUT/check.log'"
 say "doctor: $(grep -ciE 'warn|fail|crit' "$R/doctor.txt") lines warn/fail; first: $(head -3 "$R/doctor.txt" | tr '\n' '|' | cut -c1-200)"
+fi
 
 # 4. The scenarios: a real PyTorch job each, recorded by PID for $SECS s.
 #    scenario NAME [PRE POST]: PRE/POST seconds of the job run unrecorded around the recording.
 scenario() {
   local s=$1 pre=${2:-0} post=${3:-0} d=$R/$1
+  wanted "$s" || return 0
   mkdir -p "$d"
   python3 "$HERE/job.py" --scenario "$s" --secs $((pre + SECS + post + 3)) --steps "$d/steps.txt" >"$d/job.out" 2>&1 &
   local job=$! pid=""
@@ -105,7 +113,7 @@ scenario() {
   fi
   sleep "$pre"
   if [ $RECORD_OK = 1 ]; then
-    step "record $s" $((SECS + 60)) sh -c "'$BIN/stallscope' record --pid $pid -d ${SECS}s --format json,html -o /tmp/$s.rec --flamegraph-dir '$d' > '$d/report.json' 2> '$d/record.log'"
+    step "record $s" $((SECS + 60)) sh -c "'$BIN/stallscope' record --pid $pid -d ${SECS}s $RECORD_ARGS --format json,html -o /tmp/$s.rec --flamegraph-dir '$d' > '$d/report.json' 2> '$d/record.log'"
     step "report $s" 120 sh -c "'$BIN/stallscope' report /tmp/$s.rec --no-flamegraphs > '$d/report.txt' 2>> '$d/record.log'"
   fi
   wait $job
@@ -114,6 +122,7 @@ scenario() {
 }
 fixed() { # fixed NAME: the job with its cause removed, unrecorded, for the measured speedup
   local s=$1 d=$R/$1.fixed
+  [ -z "$ONLY" ] || return 0
   mkdir -p "$d"
   step "fixed $s" $((SECS + 60)) python3 "$HERE/job.py" --scenario "$s" --secs "$SECS" --fixed --steps "$d/steps.txt" >"$d/job.out" 2>&1
   say "$s fixed: $(python3 "$HERE/verdict.py" --rate "$d/steps.txt")"
@@ -128,7 +137,7 @@ scenario host_compute
 fixed host_compute
 
 # 5. stallgen's own scenario on the real GPU (the driver API and its PTX spin kernel).
-if [ -x "$BIN/stallgen" ] && [ $RECORD_OK = 1 ]; then
+if [ -z "$ONLY" ] && [ -x "$BIN/stallgen" ] && [ $RECORD_OK = 1 ]; then
   d=$R/stallgen-dataloader-cpu
   mkdir -p "$d"
   "$BIN/stallgen" --scenario dataloader-cpu --secs 12 --truth "$d/truth.json" >"$d/stallgen.out" 2>&1 &

@@ -89,6 +89,9 @@ def main():
     if len(before) > 1 and len(after) > 1:
         outside = (len(before) - 1 + len(after) - 1) / ((before[-1] - before[0] + after[-1] - after[0]) / 1e9)
     out.append(f"steps_in_recording={sum(lo <= t < hi for t in ts)} rate_in={inside and round(inside, 2)}/s")
+    if name == "launch_overhead" and inside:
+        # job.py's launch_overhead step is 2,000 element-wise kernels and a sync.
+        out.append(f"job_launches_per_s={2000 * inside:.0f}")
     if outside:
         out.append(f"rate_outside={outside:.2f}/s ratio={inside / outside:.3f}")
     print(" ".join(out))
