@@ -15,14 +15,14 @@
 //!   instead of reaching the analysis.
 use std::io::{self, Read};
 
-use profiler_core::attribution::{Cause, attribute};
+use profiler_core::pipeline::{self, Keep};
 use profiler_core::recording::format::{FRAME_HEADER_LEN, HEADER_LEN};
 use profiler_core::recording::record::Record;
 use profiler_core::report::flamegraph::{
-    self as folded, cause_lines, cause_stacks, off_cpu_folded, on_cpu_folded,
+    self as folded, cause_lines, off_cpu_folded, on_cpu_folded,
 };
 use profiler_core::report::{json as report_json, text as report_text};
-use profiler_core::{Folded, FormatError, RecordReader, Report, Truncation, load_reader};
+use profiler_core::{FormatError, RecordReader, Truncation};
 
 /// Everything one reading of a recording gave.
 #[derive(Debug, PartialEq)]
@@ -274,23 +274,29 @@ pub fn report(data: &[u8]) -> Result<Rendered, ReportError> {
 /// is drawn as SVG (which one the input's last byte picks): drawing them all would take most
 /// of each run's time in inferno.
 pub fn report_chain(data: &[u8]) -> Result<Rendered, ReportError> {
-    let (Folded { analysis, timed }, load) = load_reader(data).map_err(ReportError::Load)?;
-    // As profiler/src/output.rs: the timed samples go to the attribution and the per-cause
-    // stacks, and are gone before the reports are written.
-    let mut graphs: Vec<(Vec<String>, &'static str, String)> = vec![
-        (on_cpu_folded(&analysis), "samples", "On-CPU".to_owned()),
-        (off_cpu_folded(&analysis), "us", "Off-CPU".to_owned()),
-    ];
-    let attribution = attribute(&analysis, &timed);
-    for cause in Cause::ALL {
-        let stacks = cause_stacks(&timed, attribution.as_ref(), cause);
-        if stacks.is_empty() {
-            continue;
-        }
-        let (lines, unit) = cause_lines(&analysis, &stacks);
-        graphs.push((lines, unit, format!("GPU idle time: {}", cause.name())));
+    let loaded = pipeline::load("fuzz", data).map_err(ReportError::Load)?;
+    // As profiler/src/output.rs: the pipeline keeps each cause's stacks and frees the timed
+    // samples before the reports are written.
+    let keep = Keep {
+        cause_stacks: true,
+        timeline: false,
+    };
+    let calibration = pipeline::calibrate(&[&loaded]);
+    let (analyzed, mut graphs) = pipeline::attribute(loaded, &calibration, keep, |a| {
+        vec![
+            (on_cpu_folded(a), "samples", "On-CPU".to_owned()),
+            (off_cpu_folded(a), "us", "Off-CPU".to_owned()),
+        ]
+    });
+    let analysis = &analyzed.analysis;
+    for stacks in analyzed.causes.iter().filter(|s| !s.is_empty()) {
+        let (lines, unit) = cause_lines(analysis, stacks);
+        graphs.push((
+            lines,
+            unit,
+            format!("GPU idle time: {}", stacks.cause().name()),
+        ));
     }
-    drop(timed);
 
     graphs.retain(|(lines, _, _)| !lines.is_empty());
     let mut rendered = Rendered {
@@ -308,7 +314,7 @@ pub fn report_chain(data: &[u8]) -> Result<Rendered, ReportError> {
             .map_err(|e| ReportError::Render(format!("flame graph {title}: {e}")))?;
         rendered.svg_bytes = svg.0;
     }
-    let report = Report::new(&analysis, attribution.as_ref(), &load);
+    let report = analyzed.report();
     report_text::write_text(&report, io::sink())
         .map_err(|e| ReportError::Render(format!("text report: {e}")))?;
     report_json::write_json(&report, io::sink())

@@ -1,6 +1,7 @@
 //! Turns a recording file into what the user sees: the report on stdout (text or JSON) and
 //! flamegraphs plus folded stacks on disk. `record` and `report` both end here, on the same
-//! file, so a live run and a later `report` print the same thing.
+//! file, so a live run and a later `report` print the same thing. The analysis is
+//! `profiler_core::pipeline`'s; this adds the files and the terminal.
 use std::{
     fs::File,
     io::{BufWriter, Write},
@@ -8,10 +9,11 @@ use std::{
 };
 
 use anyhow::Context as _;
-use profiler_core::attribution::{attribute_with, waiting::Calibration};
 use profiler_core::{
-    Analysis, Folded, JobReport, LoadInfo, Report, analysis::timed_events::TimedEvents,
-    attribution::Attribution, attribution::Cause, load_reader, report::flamegraph as folded,
+    Analysis, Report,
+    attribution::waiting::Calibration,
+    pipeline::{self, Analyzed, Keep, Loaded},
+    report::flamegraph as folded,
 };
 
 use crate::{
@@ -20,7 +22,6 @@ use crate::{
     timeline_files::{self, Subject},
 };
 use profiler_core::report::html::Flamegraph;
-use profiler_core::timeline::{self, TimelineEvents};
 
 /// What drawing the flame graphs made: the files, and for an HTML report, each graph again
 /// with its narrowest frames left out.
@@ -30,12 +31,19 @@ struct Drawn {
     embedded: Vec<Flamegraph>,
 }
 
-/// The timed events the timeline files need, kept before the attribution frees them.
-fn keep_for_timeline(folded: &Folded, out: &OutputArgs) -> Option<TimelineEvents> {
-    timeline_files::wanted(out).then(|| {
-        let tick = folded.analysis.meta.as_ref().map_or(0, |m| m.tick_ns);
-        TimelineEvents::keep(&folded.timed, tick)
-    })
+impl Drawn {
+    fn add(&mut self, more: Drawn) {
+        self.paths.extend(more.paths);
+        self.embedded.extend(more.embedded);
+    }
+}
+
+/// What the outputs `out` asks for need kept past the attribution.
+fn keep(out: &OutputArgs) -> Keep {
+    Keep {
+        timeline: timeline_files::wanted(out),
+        cause_stacks: !out.no_flamegraphs,
+    }
 }
 
 fn file_name(recording: &Path) -> String {
@@ -46,12 +54,12 @@ fn file_name(recording: &Path) -> String {
 }
 
 /// The recording folded, not yet attributed.
-fn load(recording: &Path) -> anyhow::Result<(Folded, LoadInfo)> {
+fn load(recording: &Path) -> anyhow::Result<Loaded> {
     let file = File::open(recording)
         .with_context(|| format!("cannot open recording {}", recording.display()))?;
-    let (folded, load) = load_reader(file)
+    let loaded = pipeline::load(file_name(recording), file)
         .with_context(|| format!("cannot read recording {}", recording.display()))?;
-    if let Some(t) = &load.truncated {
+    if let Some(t) = &loaded.load.truncated {
         eprintln!(
             "stallscope: warning: {} is cut short at byte {} (the recorder was killed, or its \
              disk filled up); analysed the {} complete records before it",
@@ -60,7 +68,15 @@ fn load(recording: &Path) -> anyhow::Result<(Folded, LoadInfo)> {
             t.records_loaded
         );
     }
-    Ok((folded, load))
+    Ok(loaded)
+}
+
+fn say_written(drawn: &anyhow::Result<Drawn>) {
+    if let Ok(d) = drawn {
+        for p in &d.paths {
+            eprintln!("stallscope: wrote {}", p.display());
+        }
+    }
 }
 
 /// Several recordings of one job (one per host): each one's report, then the ranks across
@@ -69,68 +85,41 @@ pub fn render_many(recordings: &[PathBuf], out: &OutputArgs) -> anyhow::Result<(
     if let [one] = recordings {
         return render(one, out);
     }
-    let mut folded_all = Vec::new();
-    for r in recordings {
-        folded_all.push((r, load(r)?));
-    }
-    // Waiting is told from work by SM activity over the whole job's GPUs: a host whose GPUs
-    // all waited is judged against the straggler's.
-    let calibration = profiler_core::attribution::waiting::calibration(
-        &folded_all
-            .iter()
-            .map(|(_, (f, _))| &f.analysis)
-            .collect::<Vec<_>>(),
-    );
     let mut loaded = Vec::new();
+    for r in recordings {
+        loaded.push(load(r)?);
+    }
+    let calibration = pipeline::calibrate(&loaded.iter().collect::<Vec<_>>());
+    let mut analyzed = Vec::new();
     let mut drawn = Ok(());
     let mut svgs = Vec::new();
-    let mut kept = Vec::new();
-    for (r, (folded, load)) in folded_all {
-        let events = keep_for_timeline(&folded, out);
-        let (analysis, attribution, paths) = attribute_and_draw(folded, r, out, &calibration);
+    for (r, l) in recordings.iter().zip(loaded) {
+        let (a, paths) = attribute_and_draw(l, r, out, &calibration);
+        say_written(&paths);
         match paths {
-            Ok(d) => {
-                for p in d.paths {
-                    eprintln!("stallscope: wrote {}", p.display());
-                }
-                let file = file_name(r);
-                svgs.extend(d.embedded.into_iter().map(|g| Flamegraph {
-                    name: format!("{file}: {}", g.name),
-                    svg: g.svg,
-                }));
-            }
+            Ok(d) => svgs.extend(d.embedded.into_iter().map(|g| Flamegraph {
+                name: format!("{}: {}", a.name, g.name),
+                svg: g.svg,
+            })),
             Err(e) => drawn = drawn.and(Err(e)),
         }
-        loaded.push((r, analysis, attribution, load));
-        kept.push(events);
+        analyzed.push(a);
     }
-    let job = JobReport::new(
-        loaded
-            .iter()
-            .map(|(path, a, attribution, load)| {
-                (
-                    path.display().to_string(),
-                    Report::new(a, attribution.as_ref(), load),
-                )
-            })
-            .collect(),
-    );
+    let events: Vec<_> = analyzed.iter_mut().map(|a| a.events.take()).collect();
+    let mut job = pipeline::job_report(&analyzed);
+    // The job's report names each recording by the path it was given.
+    for ((name, _), path) in job.recordings.iter_mut().zip(recordings) {
+        *name = path.display().to_string();
+    }
     let stdout = std::io::stdout();
     let mut stdout = stdout.lock();
     out.format().renderer().render_job(&job, &mut stdout)?;
     stdout.flush()?;
     if timeline_files::wanted(out) {
-        let lanes: Vec<_> = loaded
+        let lanes: Vec<_> = analyzed
             .iter()
-            .zip(kept)
-            .filter_map(|((path, a, attribution, _), events)| {
-                Some(timeline::build(
-                    &file_name(path),
-                    a,
-                    attribution.as_ref(),
-                    events?,
-                ))
-            })
+            .zip(events)
+            .filter_map(|(a, events)| Some(a.lanes(events?)))
             .collect();
         let (dir, stem) = flamegraph_place(&recordings[0], out);
         timeline_files::write(
@@ -195,11 +184,11 @@ fn write_segment(
 }
 
 fn render_one(recording: &Path, out: &OutputArgs, segment: Option<u32>) -> anyhow::Result<()> {
-    let (folded, load) = load(recording)?;
-    let calibration = profiler_core::attribution::waiting::calibration(&[&folded.analysis]);
-    let events = keep_for_timeline(&folded, out);
-    let (analysis, attribution, drawn) = attribute_and_draw(folded, recording, out, &calibration);
-    let report = Report::new(&analysis, attribution.as_ref(), &load);
+    let loaded = load(recording)?;
+    let calibration = pipeline::calibrate(&[&loaded]);
+    let (mut analyzed, drawn) = attribute_and_draw(loaded, recording, out, &calibration);
+    let events = analyzed.events.take();
+    let report = analyzed.report();
     let stdout = std::io::stdout();
     let mut stdout = stdout.lock();
     match segment {
@@ -208,22 +197,13 @@ fn render_one(recording: &Path, out: &OutputArgs, segment: Option<u32>) -> anyho
     }
     stdout.flush()?;
     drop(stdout);
+    say_written(&drawn);
     let graphs: &[Flamegraph] = match &drawn {
-        Ok(d) => {
-            for p in &d.paths {
-                eprintln!("stallscope: wrote {}", p.display());
-            }
-            &d.embedded
-        }
+        Ok(d) => &d.embedded,
         Err(_) => &[],
     };
     let files = events.map_or(Ok(()), |events| {
-        let lanes = timeline::build(
-            &file_name(recording),
-            &analysis,
-            attribution.as_ref(),
-            events,
-        );
+        let lanes = analyzed.lanes(events);
         let (dir, stem) = flamegraph_place(recording, out);
         timeline_files::write(out, &dir, &stem, Subject::One(&report), &[lanes], graphs)
     });
@@ -231,36 +211,78 @@ fn render_one(recording: &Path, out: &OutputArgs, segment: Option<u32>) -> anyho
     if segment.is_none() {
         // Freeing an hour's model piece by piece takes a tenth of a second; the process is
         // about to exit and the OS takes it back at once. A segment's recorder goes on.
-        std::mem::forget(analysis);
+        std::mem::forget(analyzed);
     }
     drawn?;
     files
 }
 
 /// Attributes the GPU idle time and, unless told not to, writes the flame graphs and folded
-/// stacks, returning their paths. The attribution is made whether or not they can be written;
-/// the timed samples are gone once it is.
+/// stacks: the on- and off-CPU graphs while the attribution runs, each cause's after it. The
+/// attribution is made whether or not they can be written.
 fn attribute_and_draw(
-    folded: Folded,
+    loaded: Loaded,
     recording: &Path,
     out: &OutputArgs,
     calibration: &Calibration,
-) -> (Analysis, Option<Attribution>, anyhow::Result<Drawn>) {
-    let Folded { analysis, timed } = folded;
+) -> (Analyzed, anyhow::Result<Drawn>) {
     let (dir, stem) = flamegraph_place(recording, out);
+    let keep = keep(out);
     if out.no_flamegraphs {
-        let attribution = attribute_with(&analysis, &timed, calibration);
-        return (analysis, attribution, Ok(Drawn::default()));
+        let (analyzed, ()) = pipeline::attribute(loaded, calibration, keep, |_| ());
+        return (analyzed, Ok(Drawn::default()));
     }
     if let Err(e) = std::fs::create_dir_all(&dir) {
-        let attribution = attribute_with(&analysis, &timed, calibration);
+        let (analyzed, ()) = pipeline::attribute(loaded, calibration, keep, |_| ());
         let e = Err(e).with_context(|| format!("cannot create {}", dir.display()));
-        return (analysis, attribution, e);
+        return (analyzed, e);
     }
     let embed = out.wants(OutputFormat::Html);
-    let (attribution, written) =
-        draw_while_attributing(&analysis, timed, &dir, &stem, calibration, embed);
-    (analysis, attribution, written)
+    let (mut analyzed, plain) = pipeline::attribute(loaded, calibration, keep, |a: &Analysis| {
+        let graphs: Vec<Graph<'_>> = vec![
+            Graph {
+                name: "oncpu".into(),
+                title: "On-CPU".into(),
+                fold: Box::new(move || (folded::on_cpu_folded(a), "samples")),
+            },
+            Graph {
+                name: "offcpu".into(),
+                title: "Off-CPU".into(),
+                fold: Box::new(move || (folded::off_cpu_folded(a), "us")),
+            },
+        ];
+        // One thread: the attribution has the other CPU.
+        draw(&dir, &stem, graphs, embed, 1)
+    });
+    // The timed samples are gone: the cause graphs reuse their memory.
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim only releases free heap pages; it has no preconditions.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+    let causes = std::mem::take(&mut analyzed.causes);
+    let a = &analyzed.analysis;
+    let graphs: Vec<Graph<'_>> = causes
+        .into_iter()
+        .filter(|stacks| !stacks.is_empty())
+        .map(|stacks| {
+            let cause = stacks.cause();
+            Graph {
+                name: format!("cause-{}", cause.name()),
+                title: format!("GPU idle time: {}", cause.name()),
+                fold: Box::new(move || folded::cause_lines(a, &stacks)),
+            }
+        })
+        .collect();
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, RENDER_THREADS);
+    let by_cause = draw(&dir, &stem, graphs, embed, threads);
+    let written = plain.and_then(|mut d| {
+        d.add(by_cause?);
+        Ok(d)
+    });
+    (analyzed, written)
 }
 
 /// Flame graphs rendered at once, at most: each holds its folded stacks, tens of megabytes for
@@ -276,108 +298,48 @@ struct Graph<'a> {
     fold: Fold<'a>,
 }
 
-/// The on- and off-CPU graphs need no attribution, so they render while it runs; each cause's
-/// graph follows as soon as its stacks are summed. Graphs come out in a fixed order whatever
-/// thread drew them.
-fn draw_while_attributing(
-    analysis: &Analysis,
-    timed: TimedEvents,
+/// Draws `graphs` on up to `threads` threads; what they wrote comes out in `graphs`' order
+/// whatever thread drew each.
+fn draw(
     dir: &Path,
     stem: &str,
-    calibration: &Calibration,
+    graphs: Vec<Graph<'_>>,
     embed: bool,
-) -> (Option<Attribution>, anyhow::Result<Drawn>) {
-    let a = analysis;
-    let (tx, rx) = std::sync::mpsc::channel::<(usize, Graph<'_>)>();
-    let rx = std::sync::Mutex::new(rx);
+    threads: usize,
+) -> anyhow::Result<Drawn> {
+    let queue = std::sync::Mutex::new(graphs.into_iter().enumerate());
     let results = std::sync::Mutex::new(std::collections::BTreeMap::new());
-    let draw = || {
+    let work = || {
         loop {
-            let next = match rx.lock() {
-                Ok(rx) => rx.recv(),
+            let next = match queue.lock() {
+                Ok(mut q) => q.next(),
                 Err(_) => break,
             };
-            let Ok((i, graph)) = next else {
-                break;
-            };
+            let Some((i, graph)) = next else { break };
             let done = write_graph(dir, stem, graph, embed);
             if let Ok(mut results) = results.lock() {
                 results.insert(i, done);
             }
         }
     };
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .clamp(1, RENDER_THREADS);
-    let attribution = std::thread::scope(|scope| {
-        let plain: [(&str, &str, Fold<'_>); 2] = [
-            (
-                "oncpu",
-                "On-CPU",
-                Box::new(|| (folded::on_cpu_folded(a), "samples")),
-            ),
-            (
-                "offcpu",
-                "Off-CPU",
-                Box::new(|| (folded::off_cpu_folded(a), "us")),
-            ),
-        ];
-        for (i, (name, title, fold)) in plain.into_iter().enumerate() {
-            let graph = Graph {
-                name: name.into(),
-                title: title.into(),
-                fold,
-            };
-            let _ = tx.send((i, graph));
-        }
+    std::thread::scope(|scope| {
         for _ in 1..threads {
-            // Without another thread, this one draws everything once the causes are queued.
             let _ = std::thread::Builder::new()
                 .name("flamegraph".into())
-                .spawn_scoped(scope, draw);
+                .spawn_scoped(scope, work);
         }
-        let attribution = attribute_with(a, &timed, calibration);
-        let causes: Vec<folded::CauseStacks> = Cause::ALL
-            .iter()
-            .map(|&cause| folded::cause_stacks(&timed, attribution.as_ref(), cause))
-            .collect();
-        // Nothing reads the timed samples after this: the graphs still to come reuse their
-        // memory.
-        drop(timed);
-        #[cfg(target_env = "gnu")]
-        // SAFETY: malloc_trim only releases free heap pages; it has no preconditions.
-        unsafe {
-            libc::malloc_trim(0);
-        }
-        for (k, stacks) in causes.into_iter().enumerate() {
-            let cause = stacks.cause();
-            if stacks.is_empty() {
-                continue;
-            }
-            let graph = Graph {
-                name: format!("cause-{}", cause.name()),
-                title: format!("GPU idle time: {}", cause.name()),
-                fold: Box::new(move || folded::cause_lines(a, &stacks)),
-            };
-            let _ = tx.send((2 + k, graph));
-        }
-        drop(tx);
-        draw();
-        attribution
+        work();
     });
-    let written = results
+    let results = results
         .into_inner()
-        .map_err(|_| anyhow::anyhow!("a flame graph thread panicked"))
-        .and_then(|results| {
-            let mut written = Drawn::default();
-            for done in results.into_values() {
-                let (paths, embedded) = done?;
-                written.paths.extend(paths);
-                written.embedded.extend(embedded);
-            }
-            Ok(written)
-        });
-    (attribution, written)
+        .map_err(|_| anyhow::anyhow!("a flame graph thread panicked"))?;
+    let mut written = Drawn::default();
+    for done in results.into_values() {
+        let (paths, embedded) = done?;
+        written.paths.extend(paths);
+        written.embedded.extend(embedded);
+    }
+    Ok(written)
 }
 
 fn write_graph(

@@ -14,21 +14,9 @@ use crate::analysis::stack_samples::SampleAccumulator;
 use crate::analysis::tick_slices::TimelineBuilder;
 use crate::attribution::Attribution;
 use crate::fxhash::FxHashMap;
-use crate::recording::format::{FormatError, Truncation};
-use crate::recording::reader::RecordReader;
+use crate::recording::format::FormatError;
+use crate::recording::reader::{LoadInfo, RecordReader};
 use crate::recording::record::{EndReason, GpuInfo, GpuState, Meta, Record, ThreadCounters};
-use crate::report::Report;
-
-/// How loading a recording went, alongside its [`Analysis`].
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct LoadInfo {
-    /// Set when the file ends in a cut-short or damaged frame.
-    pub truncated: Option<Truncation>,
-    /// Records of a kind newer than this version, skipped.
-    pub unknown_records: u64,
-    /// Records analysed.
-    pub records: u64,
-}
 
 /// The longest GPU utilization period believed. The recorder writes NVML's periods, a fraction
 /// of a second, clamped to 2 s; a longer one is damage, and left as it is, one damaged sample
@@ -50,32 +38,10 @@ pub struct Folded {
 }
 
 impl Folded {
-    /// Why each GPU idled; `None` without GPU samples.
+    /// Why each GPU idled, judged by this recording's GPUs alone; `None` without GPU samples.
+    /// A job of several recordings is attributed through [`crate::pipeline`].
     pub fn attribute(&self) -> Option<Attribution> {
         crate::attribution::attribute(&self.analysis, &self.timed)
-    }
-
-    /// Attributed, with the timed samples freed: all a report needs.
-    pub fn analyzed(self, load: LoadInfo) -> Analyzed {
-        Analyzed {
-            attribution: self.attribute(),
-            analysis: self.analysis,
-            load,
-        }
-    }
-}
-
-/// A recording folded and attributed: what a [`Report`] borrows from.
-#[derive(Debug)]
-pub struct Analyzed {
-    pub analysis: Analysis,
-    pub attribution: Option<Attribution>,
-    pub load: LoadInfo,
-}
-
-impl Analyzed {
-    pub fn report(&self) -> Report<'_> {
-        Report::new(&self.analysis, self.attribution.as_ref(), &self.load)
     }
 }
 

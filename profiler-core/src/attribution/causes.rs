@@ -6,7 +6,7 @@
 //! drift from the code.
 use serde::Serialize;
 
-use super::rules::Shares;
+use super::shares::Shares;
 
 /// The causes stallscope names. The names are the strings of the JSON report.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]

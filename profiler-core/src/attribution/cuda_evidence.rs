@@ -4,8 +4,9 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::evidence::{contains, overlaps};
-use super::{Cause, CudaEvidenceKind, link::LinkState, roles::Roles};
+use super::causes::{Cause, CudaEvidenceKind};
+use super::intervals::{contains, overlaps};
+use super::{link::LinkState, roles::Roles};
 use crate::analysis::model::{Analysis, GpuTimeline};
 use crate::cuda::{CudaOp, WaitKind};
 

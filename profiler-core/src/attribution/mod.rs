@@ -10,10 +10,12 @@ pub mod cuda_evidence;
 pub mod evidence;
 #[cfg(test)]
 mod fixtures;
+mod intervals;
 mod link;
 pub mod ranks;
 mod roles;
 mod rules;
+mod shares;
 pub mod waiting;
 mod window;
 

@@ -7,7 +7,8 @@
 //! hosts (whose monotonic clocks are unrelated) combine without clock alignment.
 use serde::Serialize;
 
-use super::{Attribution, Cause};
+use super::Attribution;
+use super::causes::Cause;
 use crate::analysis::model::Analysis;
 use crate::cuda::WaitKind;
 

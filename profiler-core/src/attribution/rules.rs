@@ -35,9 +35,9 @@
 //! waits for the kernels queued behind it). The highest score wins; when none covers at least
 //! a third of the idle fraction, the window is `unknown`, with the reason.
 use super::{
-    Cause,
-    causes::Scores,
-    window::{HostWindow, States},
+    causes::{Cause, Scores},
+    shares::Shares,
+    window::HostWindow,
 };
 
 #[derive(Clone, Debug, PartialEq)]
@@ -45,26 +45,6 @@ pub struct Label {
     pub cause: Cause,
     pub reason: Option<String>,
     pub scores: Scores,
-}
-
-/// What a window's scores are computed from (see the module's formulas), all as fractions of
-/// the feeder's accounted time.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Shares {
-    pub feeder: States,
-    /// The workers' on-CPU, queued and IO-wait shares of their active time.
-    pub workers_on: f64,
-    pub workers_rq: f64,
-    pub workers_io: f64,
-    /// The feeder's run-queue time not taken as a spinning sync's.
-    pub runqueue_left: f64,
-    /// The feeder's on-CPU time beyond its CUDA calls and the spin that covers the busy part.
-    pub own_work: f64,
-    /// Copy and collective waits beyond the busy part (probes).
-    pub copy: f64,
-    pub collective: f64,
-    pub link_limited: bool,
-    pub launch_bound: bool,
 }
 
 /// Kernel launches a second from the feeder's process past which its own on-CPU work is
@@ -200,6 +180,7 @@ pub fn label_window(host: &HostWindow, busy: f64) -> Label {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::attribution::window::States;
 
     fn st(on: f64, rq: f64, io: f64, bl: f64) -> States {
         States {

@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use crate::report::Report;
 use crate::report::json::{JSON_VERSION, JsonReport};
+use crate::report::model::Report;
 
 /// A run the gate could not read: which file, and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

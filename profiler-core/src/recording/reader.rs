@@ -16,6 +16,17 @@ use crate::recording::record::Record;
 const PRESIZE_LIMIT_BYTES: usize = 64 * 1024;
 const READ_BUFFER_BYTES: usize = 256 * 1024;
 
+/// How loading a recording went, alongside what was folded from it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LoadInfo {
+    /// Set when the file ends in a cut-short or damaged frame.
+    pub truncated: Option<Truncation>,
+    /// Records of a kind newer than this version, skipped.
+    pub unknown_records: u64,
+    /// Records analysed.
+    pub records: u64,
+}
+
 /// A whole recording in memory. Prefer [`RecordReader`] for large files.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Recording {

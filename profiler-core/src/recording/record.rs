@@ -54,6 +54,17 @@ pub enum EndReason {
     TargetExited,
 }
 
+impl EndReason {
+    /// The name the reports give it.
+    pub fn name(self) -> &'static str {
+        match self {
+            EndReason::Duration => "duration",
+            EndReason::Signal => "signal",
+            EndReason::TargetExited => "target_exited",
+        }
+    }
+}
+
 /// One kind of event the kernel side counts: `received + dropped == attempted` when nothing
 /// went missing between kernel and file.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

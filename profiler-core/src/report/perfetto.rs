@@ -28,25 +28,20 @@ use protobuf::{EnumOrUnknown, Message as _};
 use crate::timeline::{Arg, Point, RecordingLanes, Slice};
 use crate::timeline::{STATES, StateRun};
 
+mod clock;
 mod samples;
 mod wire;
+
+use clock::Clock;
+use wire::{FLUSH_AT, SEQ_INCREMENTAL_STATE_CLEARED, SEQ_NEEDS_INCREMENTAL_STATE, io_err};
 
 /// The tracks and their events; the first recording's samples are on the next sequence, the
 /// second's on the one after, and so on.
 const SEQUENCE: u32 = 1;
 const SAMPLE_SEQUENCES: u32 = 2;
-const SEQ_INCREMENTAL_STATE_CLEARED: u32 = 1;
-const SEQ_NEEDS_INCREMENTAL_STATE: u32 = 2;
 /// PIDs of the second and later recordings are moved up by this much (Linux's PID_MAX_LIMIT)
 /// times the recording's index, so that hosts' PIDs never merge.
 const PID_SPACE: u32 = 1 << 22;
-
-fn io_err(e: protobuf::Error) -> io::Error {
-    io::Error::other(e)
-}
-
-/// Packets are gathered here and written out in pieces of about this size.
-const FLUSH_AT: usize = 1 << 20;
 
 struct Encoder<'w> {
     w: &'w mut dyn Write,
@@ -377,17 +372,6 @@ fn json_annotation(v: &serde_json::Value) -> DebugAnnotation {
         }
     }
     d
-}
-
-/// A recording's timestamps as the trace writes them.
-struct Clock {
-    offset: i128,
-}
-
-impl Clock {
-    fn ts(&self, ns: u64) -> u64 {
-        (i128::from(ns) + self.offset).clamp(0, i128::from(u64::MAX)) as u64
-    }
 }
 
 /// Writes `recordings` as one trace. `clock_note` is the caveat of comparing hosts' times.

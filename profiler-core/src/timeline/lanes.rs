@@ -1,5 +1,5 @@
 //! Intervals packed into lanes in which none overlaps another, as trace viewers need.
-use super::Slice;
+use super::slice::Slice;
 
 /// Sorts `slices` by start (longer first on a tie) and puts each in the first lane whose last
 /// slice has ended by then: the fewest lanes a greedy pass finds, every lane in time order.

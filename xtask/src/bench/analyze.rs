@@ -30,8 +30,8 @@ const WORKERS: u32 = 8;
 const OTHERS: u32 = 3;
 const STACKS: u32 = 4000;
 const CPUS: u64 = 16;
-const TARGET_S: f64 = 2.0;
-const TARGET_RSS_MIB: f64 = 256.0;
+const TARGET_S: f64 = 1.0;
+const TARGET_RSS_MIB: f64 = 160.0;
 
 /// A small deterministic PRNG, so every run measures the same file.
 struct Rng(u64);
@@ -229,6 +229,9 @@ fn generate(path: &Path) -> anyhow::Result<u64> {
 
 /// `diff` of two recordings may take this many times one `report` of one of them.
 const DIFF_RATIO: f64 = 2.2;
+/// `diff` of two recordings may need this many times one `report`'s peak memory: it reads its
+/// sides one after the other.
+const DIFF_RSS_RATIO: f64 = 1.3;
 /// Writing the Perfetto trace or the HTML page beside the report may add this much to its time.
 const TIMELINE_RATIO: f64 = 1.5;
 const TARGET_HTML_MIB: f64 = 20.0;
@@ -441,6 +444,12 @@ pub fn analyze(reps: u32) -> anyhow::Result<()> {
         "- {} `diff` of two such hours ≤ {DIFF_RATIO}× one report: {diff_wall:.2} s, {ratio:.2}× \
          (peak RSS {diff_rss:.0} MiB), run after each report",
         verdict(ratio <= DIFF_RATIO)
+    );
+    let rss_ratio = diff_rss / peak;
+    println!(
+        "- {} `diff`'s peak RSS ≤ {DIFF_RSS_RATIO}× one report's: {diff_rss:.0} MiB against \
+         {peak:.0} MiB, {rss_ratio:.2}×",
+        verdict(rss_ratio <= DIFF_RSS_RATIO)
     );
     println!(
         "Each report run writes the JSON report and every flame graph and folded file into an \

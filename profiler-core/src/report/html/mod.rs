@@ -13,7 +13,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::json::{JsonJob, JsonReport};
-use super::{JobReport, Report};
+use super::model::{JobReport, Report};
 use crate::attribution::CAUSES;
 use crate::timeline::{Lost, RecordingLanes, STATES, Slice};
 

@@ -7,10 +7,10 @@ use std::io::{self, Write};
 
 use serde::Serialize;
 
-use super::{JobReport, Render, Report};
+use super::model::{JobReport, Render, Report};
 use crate::analysis::model::EventCounts;
 use crate::attribution::ranks::RankView;
-use crate::report::text::end_reason_name;
+use crate::recording::record::EndReason;
 
 /// The report format version, bumped only for incompatible changes.
 pub const JSON_VERSION: u32 = 1;
@@ -253,7 +253,7 @@ impl<'a> JsonReport<'a> {
             start_ns: a.start_ns,
             start_unix_ns: meta.map(|m| m.start_unix_ns),
             ended: a.ended,
-            end_reason: a.end_reason.map(end_reason_name),
+            end_reason: a.end_reason.map(EndReason::name),
             hostname: meta.map(|m| m.hostname.as_str()),
             kernel: meta.map(|m| m.kernel.as_str()),
             sample_hz: meta.map(|m| m.sample_hz),

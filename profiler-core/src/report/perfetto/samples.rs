@@ -9,8 +9,9 @@ use perfetto_protos::profile_common::{Callstack, Frame, InternedString, Mapping}
 use perfetto_protos::trace_packet::{TracePacket, trace_packet};
 use protobuf::Message as _;
 
-use super::{
-    Clock, FLUSH_AT, SEQ_INCREMENTAL_STATE_CLEARED, SEQ_NEEDS_INCREMENTAL_STATE, io_err, wire,
+use super::clock::Clock;
+use super::wire::{
+    self, FLUSH_AT, SEQ_INCREMENTAL_STATE_CLEARED, SEQ_NEEDS_INCREMENTAL_STATE, io_err,
 };
 use crate::fxhash::FxHashMap;
 use crate::timeline::RecordingLanes;

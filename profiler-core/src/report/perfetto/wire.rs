@@ -5,6 +5,15 @@
 //! `track_event.proto`, `profile_packet.proto`); the tests decode what these write with
 //! Perfetto's generated messages and compare them with the messages built the slow way.
 
+pub(super) const SEQ_INCREMENTAL_STATE_CLEARED: u32 = 1;
+pub(super) const SEQ_NEEDS_INCREMENTAL_STATE: u32 = 2;
+/// Packets are gathered here and written out in pieces of about this size.
+pub(super) const FLUSH_AT: usize = 1 << 20;
+
+pub(super) fn io_err(e: protobuf::Error) -> std::io::Error {
+    std::io::Error::other(e)
+}
+
 const VARINT: u32 = 0;
 const I64: u32 = 1;
 const LEN: u32 = 2;

@@ -4,7 +4,7 @@ use std::io::{self, Write};
 
 use crate::analysis::model::{Analysis, GpuTimeline};
 use crate::attribution::{Attribution, Cause, CauseEvidence, Evidence};
-use crate::report::Report;
+use crate::report::model::Report;
 use crate::units;
 
 /// How many stalls the text report details per GPU.

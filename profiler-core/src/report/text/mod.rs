@@ -4,10 +4,10 @@
 //! so a short-lived worker and the main thread read on the same scale.
 use std::io::{self, Write};
 
-use super::{JobReport, Render, Report};
-use crate::analysis::fold::LoadInfo;
+use super::model::{JobReport, Render, Report};
 use crate::analysis::model::{Analysis, ProcessSummary, ThreadSummary};
 use crate::cuda::CudaSummary;
+use crate::recording::reader::LoadInfo;
 use crate::recording::record::EndReason;
 use crate::table::{Align, Table};
 use crate::units;
@@ -208,14 +208,6 @@ pub fn to_text(report: &Report<'_>) -> String {
     // Writing into a Vec cannot fail.
     let _ = write_text(report, &mut out);
     String::from_utf8_lossy(&out).into_owned()
-}
-
-pub(crate) fn end_reason_name(reason: EndReason) -> &'static str {
-    match reason {
-        EndReason::Duration => "duration",
-        EndReason::Signal => "signal",
-        EndReason::TargetExited => "target_exited",
-    }
 }
 
 /// Which events were lost, when any were: the header's total does not say what is missing.

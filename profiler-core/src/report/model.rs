@@ -1,0 +1,90 @@
+//! The report model: one recording's [`Report`], a job's [`JobReport`], and the [`Render`]
+//! trait every format implements.
+use std::io::{self, Write};
+
+use crate::analysis::model::Analysis;
+use crate::attribution::{Attribution, ranks::RankView};
+use crate::cuda::CudaSummary;
+use crate::recording::reader::LoadInfo;
+
+/// One recording's report: everything a format reads.
+#[derive(Debug)]
+pub struct Report<'a> {
+    pub analysis: &'a Analysis,
+    pub load: &'a LoadInfo,
+    /// `None` when the recording has no GPU samples.
+    pub attribution: Option<&'a Attribution>,
+    pub ranks: RankView,
+    pub cuda: CudaSummary<'a>,
+}
+
+impl<'a> Report<'a> {
+    pub fn new(
+        analysis: &'a Analysis,
+        attribution: Option<&'a Attribution>,
+        load: &'a LoadInfo,
+    ) -> Self {
+        Report {
+            analysis,
+            load,
+            attribution,
+            ranks: crate::attribution::ranks::ranks(&[(analysis, attribution)]),
+            cuda: crate::cuda::summarize(&analysis.cuda),
+        }
+    }
+}
+
+/// Several recordings of one job (one per host): each one's report, and the ranks across all
+/// of them.
+#[derive(Debug)]
+pub struct JobReport<'a> {
+    /// Each recording's file name with its report.
+    pub recordings: Vec<(String, Report<'a>)>,
+    pub ranks: RankView,
+    /// What can and cannot be compared across the hosts' clocks.
+    pub clock_note: String,
+}
+
+impl<'a> JobReport<'a> {
+    pub fn new(recordings: Vec<(String, Report<'a>)>) -> Self {
+        let each: Vec<(&Analysis, Option<&Attribution>)> = recordings
+            .iter()
+            .map(|(_, r)| (r.analysis, r.attribution))
+            .collect();
+        let analyses: Vec<&Analysis> = each.iter().map(|(a, _)| *a).collect();
+        JobReport {
+            ranks: crate::attribution::ranks::ranks(&each),
+            clock_note: clock_note(&analyses),
+            recordings,
+        }
+    }
+}
+
+/// One output format.
+pub trait Render {
+    fn render(&self, report: &Report<'_>, w: &mut dyn Write) -> io::Result<()>;
+    fn render_job(&self, job: &JobReport<'_>, w: &mut dyn Write) -> io::Result<()>;
+}
+
+/// What a combined report can and cannot compare across hosts, with the wall-clock spread of
+/// the recordings' starts.
+pub fn clock_note(recordings: &[&Analysis]) -> String {
+    let starts: Vec<u64> = recordings
+        .iter()
+        .filter_map(|a| a.meta.as_ref().map(|m| m.start_unix_ns))
+        .filter(|&t| t > 0)
+        .collect();
+    let spread = match (starts.iter().min(), starts.iter().max()) {
+        (Some(lo), Some(hi)) => format!(
+            "; their starts differ by {:.3} s of wall-clock time",
+            (hi - lo) as f64 / 1e9
+        ),
+        _ => String::new(),
+    };
+    format!(
+        "clock caveat: each host's timestamps are its own CLOCK_MONOTONIC, which other hosts \
+         cannot compare; ranks are compared by their total wait in collectives, never by \
+         timestamps, and wall-clock times are only as close as the hosts' clock sync (NTP: \
+         milliseconds){spread}"
+    )
+}
