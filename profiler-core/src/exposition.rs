@@ -195,6 +195,44 @@ pub fn gpu_seconds(report: &serde_json::Value) -> Vec<GpuSeconds> {
     out
 }
 
+/// The agent's counter of GPU time (see [`add_report`]).
+pub const GPU_SECONDS: &str = "stallscope_gpu_seconds";
+const GPU_SECONDS_HELP: &str = "GPU time by state (busy, idle, waiting: busy to NVML but only \
+                                waiting in collectives) and cause, over the recorded time";
+/// The agent's counter of events the kernel could not deliver.
+pub const LOST_EVENTS: &str = "stallscope_lost_events";
+const LOST_EVENTS_HELP: &str = "Events the kernel could not deliver to a recorder";
+
+/// Adds one recording's JSON report to the agent's counters: each GPU's seconds by state and
+/// cause (labelled with the job rank that ran on it, which a fleet's queries join across
+/// hosts by), and its lost events. Returns the seconds it recorded.
+pub fn add_report(e: &mut Exposition, report: &serde_json::Value) -> f64 {
+    for g in gpu_seconds(report) {
+        let gpu = g.index.to_string();
+        let rank = g.rank.map(|r| r.to_string()).unwrap_or_default();
+        let busy = ("busy", String::new(), g.busy_s);
+        for (state, cause, s) in std::iter::once(&busy).chain(&g.lost) {
+            let mut l = vec![
+                ("gpu", gpu.as_str()),
+                ("UUID", g.uuid.as_str()),
+                ("state", state),
+                ("cause", cause.as_str()),
+            ];
+            if !rank.is_empty() {
+                l.push(("rank", rank.as_str()));
+            }
+            e.add(GPU_SECONDS, GPU_SECONDS_HELP, &l, *s);
+        }
+    }
+    e.add(
+        LOST_EVENTS,
+        LOST_EVENTS_HELP,
+        &[],
+        report["lost_events"].as_f64().unwrap_or(0.0),
+    );
+    report["duration_ns"].as_f64().unwrap_or(0.0) / 1e9
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,6 +9,7 @@ mod owner;
 mod privileges;
 mod recorder;
 mod spawn;
+mod sudo;
 mod timeline_files;
 
 use clap::Parser as _;

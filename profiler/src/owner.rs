@@ -12,8 +12,7 @@ pub fn create_private(path: &Path) -> anyhow::Result<File> {
         .mode(0o600)
         .open(path)
         .with_context(|| format!("cannot create {}", path.display()))?;
-    let id = |var: &str| std::env::var(var).ok().and_then(|v| v.parse::<u32>().ok());
-    if let (Some(uid), Some(gid)) = (id("SUDO_UID"), id("SUDO_GID")) {
+    if let Some((uid, gid)) = crate::sudo::invoking_user() {
         let _ = std::os::unix::fs::fchown(&file, Some(uid), Some(gid));
     }
     Ok(file)

@@ -126,7 +126,7 @@ pub fn drop_after_attach(cuda_probes: bool) -> anyhow::Result<CapsHashSet> {
     );
     let keep = kept(
         caller_uid() == 0,
-        std::env::var_os("SUDO_UID").is_some(),
+        crate::sudo::invoking_uid().is_some(),
         cuda_probes,
         caps::runtime::thread_all_supported(),
     );

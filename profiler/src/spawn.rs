@@ -34,8 +34,7 @@ pub fn spawn(argv: &[String]) -> anyhow::Result<Launched> {
         .collect::<Result<_, _>>()?;
     let mut ptrs: Vec<*const libc::c_char> = c_args.iter().map(|a| a.as_ptr()).collect();
     ptrs.push(std::ptr::null());
-    let ids = |var: &str| std::env::var(var).ok().and_then(|v| v.parse::<u32>().ok());
-    let (uid, gid) = (ids("SUDO_UID"), ids("SUDO_GID"));
+    let invoking = crate::sudo::invoking_user();
     let mut fds = [0; 2];
     // SAFETY: `fds` has room for the two descriptors pipe writes.
     let piped = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) };
@@ -56,7 +55,7 @@ pub fn spawn(argv: &[String]) -> anyhow::Result<Launched> {
             libc::close(fds[1]);
             let mut b = 0u8;
             while libc::read(fds[0], (&raw mut b).cast(), 1) < 0 {}
-            if let (Some(uid), Some(gid)) = (uid, gid) {
+            if let Some((uid, gid)) = invoking {
                 libc::setgid(gid);
                 libc::setuid(uid);
             }

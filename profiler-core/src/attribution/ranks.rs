@@ -11,6 +11,7 @@ use super::Attribution;
 use super::causes::Cause;
 use crate::analysis::model::Analysis;
 use crate::cuda::WaitKind;
+use crate::nvml::clock_events;
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct RankReport {
@@ -102,18 +103,6 @@ const WAIT_RATIO: f64 = 2.0;
 const WAIT_SHARE_MIN: f64 = 0.05;
 /// Late arrivals listed.
 pub const TOP_ARRIVALS: usize = 10;
-/// NVML clock-event reasons that slow a GPU down whatever its load: hardware slowdown,
-/// software and hardware thermal slowdown, hardware power brake.
-const SLOWDOWN: [(u64, &str); 4] = [
-    (0x8, "hw_slowdown"),
-    (0x20, "sw_thermal_slowdown"),
-    (0x40, "hw_thermal_slowdown"),
-    (0x80, "hw_power_brake_slowdown"),
-];
-/// The software power cap: normal under full load, a slowdown only when the clock it leaves
-/// is well below the other ranks'.
-const POWER_CAP: u64 = 0x4;
-const GPU_IDLE: u64 = 0x1;
 /// A power-capped clock this far below the other ranks' is a slowdown.
 const CAPPED_CLOCK: f64 = 0.9;
 /// A straggler throttled in this share of its busy samples is slow because of its GPU.
@@ -221,7 +210,10 @@ fn clocks(g: &crate::analysis::model::GpuTimeline) -> Option<Clocks> {
     let busy: Vec<&crate::recording::record::GpuState> = g
         .states
         .iter()
-        .filter(|s| s.throttle_reasons.is_some_and(|r| r & GPU_IDLE == 0))
+        .filter(|s| {
+            s.throttle_reasons
+                .is_some_and(|r| r & clock_events::GPU_IDLE == 0)
+        })
         .collect();
     if busy.is_empty() {
         return None;
@@ -238,10 +230,12 @@ fn clocks(g: &crate::analysis::model::GpuTimeline) -> Option<Clocks> {
     c.median_mhz = mhz.get(mhz.len() / 2).copied();
     for s in busy {
         let r = s.throttle_reasons.unwrap_or(0);
-        if SLOWDOWN.iter().any(|(bit, _)| r & bit != 0) {
+        if clock_events::slows_any_load(r) {
             c.slowed += 1;
             c.reasons |= r;
-        } else if r & POWER_CAP != 0 {
+        } else if r & clock_events::SW_POWER_CAP != 0 {
+            // Normal under full load: a slowdown only when the clock it leaves is well below
+            // the other ranks'.
             c.capped_clocks.push(s.sm_clock_mhz.unwrap_or(0));
         }
     }
@@ -279,13 +273,14 @@ fn judge_throttle(recordings: &[(&Analysis, Option<&Attribution>)], out: &mut [R
                 .filter(|&&mhz| f64::from(mhz) < CAPPED_CLOCK * f64::from(f))
                 .count() as u64
         });
-        let mut reasons: Vec<&'static str> = SLOWDOWN
-            .iter()
-            .filter(|(bit, _)| c.reasons & bit != 0)
-            .map(|(_, name)| *name)
+        let mut slowing: Vec<&clock_events::Reason> = clock_events::set_in(c.reasons)
+            .filter(|r| r.slows_any_load)
             .collect();
+        slowing.sort_by_key(|r| r.bit);
+        let mut reasons: Vec<&'static str> = slowing.iter().map(|r| r.key).collect();
         if capped > 0 {
-            reasons.push("sw_power_cap");
+            let cap = clock_events::set_in(clock_events::SW_POWER_CAP).map(|r| r.key);
+            reasons.extend(cap);
         }
         let share = (c.slowed + capped) as f64 / c.busy as f64;
         if share >= THROTTLED_SHARE {

@@ -108,40 +108,24 @@ pub struct GpuReadings {
     pub holders: Reading<Vec<Holder>>,
 }
 
-/// NVML clock-event reason bits (`nvmlClocksEventReason*`).
-pub mod reasons {
-    pub const GPU_IDLE: u64 = 0x1;
-    pub const APPLICATIONS_CLOCKS: u64 = 0x2;
-    pub const SW_POWER_CAP: u64 = 0x4;
-    pub const HW_SLOWDOWN: u64 = 0x8;
-    pub const SYNC_BOOST: u64 = 0x10;
-    pub const SW_THERMAL: u64 = 0x20;
-    pub const HW_THERMAL: u64 = 0x40;
-    pub const HW_POWER_BRAKE: u64 = 0x80;
-    pub const DISPLAY_CLOCKS: u64 = 0x100;
-}
+/// NVML's clock-event reason bits, as the straggler rule reads them too.
+pub use crate::nvml::clock_events as reasons;
 
 /// The reasons set in `bits`, named, and the worst status among them.
 pub fn decode_reasons(bits: u64) -> (Vec<&'static str>, Status) {
-    use reasons::*;
-    const NAMES: [(u64, &str, Status); 9] = [
-        (GPU_IDLE, "GPU idle", Status::Pass),
-        (
-            APPLICATIONS_CLOCKS,
-            "application clocks setting",
-            Status::Pass,
-        ),
-        (SYNC_BOOST, "sync boost", Status::Pass),
-        (DISPLAY_CLOCKS, "display clock setting", Status::Pass),
-        (SW_POWER_CAP, "software power cap", Status::Warn),
-        (SW_THERMAL, "software thermal slowdown", Status::Warn),
-        (HW_SLOWDOWN, "hardware slowdown", Status::Fail),
-        (HW_THERMAL, "hardware thermal slowdown", Status::Fail),
-        (HW_POWER_BRAKE, "hardware power brake", Status::Fail),
-    ];
-    let set: Vec<_> = NAMES.iter().filter(|(b, _, _)| bits & b != 0).collect();
-    let worst = set.iter().map(|(_, _, s)| *s).max().unwrap_or(Status::Pass);
-    (set.into_iter().map(|(_, n, _)| *n).collect(), worst)
+    use crate::nvml::clock_events::{Severity, set_in};
+    let status = |s: Severity| match s {
+        Severity::Benign => Status::Pass,
+        Severity::Watch => Status::Warn,
+        Severity::Slowdown => Status::Fail,
+    };
+    let set: Vec<_> = set_in(bits).collect();
+    let worst = set
+        .iter()
+        .map(|r| status(r.severity))
+        .max()
+        .unwrap_or(Status::Pass);
+    (set.into_iter().map(|r| r.name).collect(), worst)
 }
 
 /// The guides' alert threshold for GPU temperature.

@@ -21,7 +21,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use profiler_core::exposition::{Exposition, gpu_seconds};
+use profiler_core::exposition::{self, Exposition};
 
 use crate::{capture::gpu, cli::AgentArgs, privileges};
 
@@ -135,9 +135,6 @@ thread_local! {
     static NVML: std::cell::RefCell<gauges::NvmlGauges> = Default::default();
 }
 
-const GPU_SECONDS: &str = "stallscope_gpu_seconds";
-const GPU_SECONDS_HELP: &str = "GPU time by state (busy, idle, waiting: busy to NVML but only \
-                                waiting in collectives) and cause, over the recorded time";
 const COUNTERS: [(&str, &str); 5] = [
     (
         "stallscope_agent_segments",
@@ -193,30 +190,9 @@ impl Totals {
     /// A segment's report: each GPU's seconds by state and cause, and its lost events.
     /// Returns the seconds it recorded.
     fn add_report(&mut self, report: &serde_json::Value) -> f64 {
-        for g in gpu_seconds(report) {
-            let gpu = g.index.to_string();
-            // A fleet's queries name a job's ranks across hosts by this label.
-            let rank = g.rank.map(|r| r.to_string()).unwrap_or_default();
-            let busy = ("busy", String::new(), g.busy_s);
-            for (state, cause, s) in std::iter::once(&busy).chain(&g.lost) {
-                let mut l = vec![
-                    ("gpu", gpu.as_str()),
-                    ("UUID", g.uuid.as_str()),
-                    ("state", state),
-                    ("cause", cause.as_str()),
-                ];
-                if !rank.is_empty() {
-                    l.push(("rank", rank.as_str()));
-                }
-                self.counters.add(GPU_SECONDS, GPU_SECONDS_HELP, &l, *s);
-            }
-        }
-        self.count(
-            "stallscope_lost_events",
-            report["lost_events"].as_f64().unwrap_or(0.0),
-        );
+        let secs = exposition::add_report(&mut self.counters, report);
         self.count("stallscope_agent_segments", 1.0);
-        report["duration_ns"].as_f64().unwrap_or(0.0) / 1e9
+        secs
     }
 
     /// Keeps a segment's folded stacks for `window`, dropping those older.

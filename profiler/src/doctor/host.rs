@@ -44,20 +44,12 @@ pub fn kernel_log() -> Reading<Vec<Record>> {
 
 /// Now on the kernel log's clock (CLOCK_MONOTONIC), in µs.
 pub fn monotonic_usec() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid out-pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000 + ts.tv_nsec as u64 / 1000
+    crate::capture::clock::monotonic_ns() / 1000
 }
 
 /// The user who asked: under sudo, the one who ran sudo.
 fn asking_uid() -> u32 {
-    std::env::var("SUDO_UID")
-        .ok()
-        .and_then(|u| u.parse().ok())
+    crate::sudo::invoking_uid()
         // SAFETY: getuid cannot fail.
         .unwrap_or_else(|| unsafe { libc::getuid() })
 }

@@ -1,0 +1,279 @@
+//! Goldens for the outputs the per-recording reports do not cover: a job of several
+//! recordings (text and JSON), the HTML page's embedded data, the Perfetto trace (decoded and
+//! summarised), the gate's three renders of `diff` and `check`, `doctor`'s text and JSON, and
+//! the agent's OpenMetrics exposition. Every input is a fixed recording of
+//! `tests/recordings/gpu/` or a fixed reading, so nothing depends on this machine.
+//! Regenerate with `STALLSCOPE_BLESS=1 cargo test -p profiler-core --test output_goldens`.
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use common::assert_golden;
+use perfetto_protos::trace::Trace;
+use profiler_core::Render as _;
+use profiler_core::doctor::{Check, Diagnosis};
+use profiler_core::exposition::{Exposition, add_report};
+use profiler_core::gate::{
+    check::{Budget, check},
+    diff::{Thresholds, diff},
+    input::Run,
+    render::{GateFormat, write_check, write_diff},
+};
+use profiler_core::pipeline::{self, Analyzed, Keep, Loaded};
+use profiler_core::report::{html, json::Json, json::to_json_value, perfetto, text::Text};
+use protobuf::Message as _;
+use serde_json::{Value, json};
+
+fn loaded(scenario: &str) -> Loaded {
+    let p: PathBuf = [
+        env!("CARGO_MANIFEST_DIR"),
+        "tests",
+        "recordings",
+        "gpu",
+        &format!("v1-{scenario}.rec"),
+    ]
+    .iter()
+    .collect();
+    let file = std::fs::File::open(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    pipeline::load(format!("v1-{scenario}.rec"), file)
+        .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+fn analyzed(scenario: &str, keep: Keep) -> Analyzed {
+    pipeline::analyze(loaded(scenario), keep)
+}
+
+fn timeline() -> Keep {
+    Keep {
+        timeline: true,
+        cause_stacks: false,
+    }
+}
+
+/// Two hosts of one job: each rank's recording, reported together.
+#[test]
+fn a_job_of_two_recordings_in_text_and_json() {
+    let job = pipeline::analyze_job(
+        vec![loaded("dataloader-cpu"), loaded("host-compute")],
+        Keep::default(),
+    );
+    let report = pipeline::job_report(&job);
+    let mut text = Vec::new();
+    Text.render_job(&report, &mut text).unwrap();
+    assert_golden("job/two-recordings.txt", &String::from_utf8(text).unwrap());
+    let mut json = Vec::new();
+    Json.render_job(&report, &mut json).unwrap();
+    assert_golden("job/two-recordings.json", &String::from_utf8(json).unwrap());
+}
+
+/// A long array as its length with its first and last items: the page's lanes hold thousands
+/// of slices, whose every value the timeline's own tests check.
+fn summarised(v: &Value) -> Value {
+    match v {
+        Value::Array(items) if items.len() > 4 => json!({
+            "len": items.len(),
+            "first": summarised(&items[0]),
+            "last": summarised(&items[items.len() - 1]),
+        }),
+        Value::Array(items) => Value::Array(items.iter().map(summarised).collect()),
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .map(|(k, v)| match k.as_str() {
+                    // The JSON report has goldens of its own; the page embeds it whole.
+                    "report" => (k.clone(), json!("(the JSON report)")),
+                    "svg" => (
+                        k.clone(),
+                        json!(format!("({} bytes of SVG)", v.as_str().map_or(0, str::len))),
+                    ),
+                    _ => (k.clone(), summarised(v)),
+                })
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+#[test]
+fn the_html_pages_data() {
+    let mut a = analyzed("pageable-copy", timeline());
+    let events = a.events.take().expect("kept");
+    let lanes = a.lanes(events);
+    let report = a.report();
+    let graphs = [html::Flamegraph {
+        name: "oncpu".into(),
+        svg: "<svg/>".into(),
+    }];
+    let mut page = Vec::new();
+    html::write_page(
+        html::Page::One(&report),
+        std::slice::from_ref(&lanes),
+        &graphs,
+        &mut page,
+    )
+    .unwrap();
+    let page = String::from_utf8(page).unwrap();
+    let open = "<script type=\"application/json\" id=\"stallscope-data\">";
+    let start = page.find(open).expect("the data element") + open.len();
+    let end = start + page[start..].find("</script>").expect("its end");
+    let data: Value = serde_json::from_str(&page[start..end].replace("<\\/", "</")).unwrap();
+    assert_eq!(
+        data["report"],
+        to_json_value(&report),
+        "the page embeds the JSON report as it is"
+    );
+    let text = serde_json::to_string_pretty(&summarised(&data)).unwrap() + "\n";
+    assert_golden("html/pageable-copy.data.json", &text);
+}
+
+/// The trace as a reader sees it: its tracks by name and kind, and how many events of each
+/// kind each holds.
+fn trace_summary(bytes: &[u8]) -> String {
+    let trace = Trace::parse_from_bytes(bytes).expect("a trace Perfetto's protos read");
+    let mut tracks: BTreeMap<u64, String> = BTreeMap::new();
+    let mut events: BTreeMap<String, BTreeMap<&'static str, u64>> = BTreeMap::new();
+    let mut samples = 0u64;
+    let mut interned = 0u64;
+    for p in &trace.packet {
+        if p.has_track_descriptor() {
+            let d = p.track_descriptor();
+            let kind = if d.process.is_some() {
+                "process"
+            } else if d.thread.is_some() {
+                "thread"
+            } else if d.counter.is_some() {
+                "counter"
+            } else {
+                "track"
+            };
+            let name = if d.process.is_some() {
+                d.process.process_name().to_owned()
+            } else if d.thread.is_some() {
+                d.thread.thread_name().to_owned()
+            } else {
+                d.name().to_owned()
+            };
+            tracks.insert(d.uuid(), format!("{kind} {name}"));
+        }
+        if p.has_track_event() {
+            let e = p.track_event();
+            let track = tracks
+                .get(&e.track_uuid())
+                .cloned()
+                .unwrap_or_else(|| "(unnamed track)".into());
+            let kind = match e.type_() {
+                perfetto_protos::track_event::track_event::Type::TYPE_SLICE_BEGIN => "begin",
+                perfetto_protos::track_event::track_event::Type::TYPE_SLICE_END => "end",
+                perfetto_protos::track_event::track_event::Type::TYPE_COUNTER => "counter",
+                _ => "other",
+            };
+            *events.entry(track).or_default().entry(kind).or_default() += 1;
+        }
+        if p.has_perf_sample() {
+            samples += 1;
+        }
+        if p.interned_data.is_some() {
+            interned += 1;
+        }
+    }
+    let mut out = format!(
+        "{} packets, {} tracks, {samples} CPU samples, {interned} packets of interned data\n",
+        trace.packet.len(),
+        tracks.len()
+    );
+    for (track, kinds) in events {
+        let kinds: Vec<String> = kinds.iter().map(|(k, n)| format!("{k} {n}")).collect();
+        out += &format!("{track}: {}\n", kinds.join(", "));
+    }
+    out
+}
+
+#[test]
+fn the_perfetto_trace_decoded() {
+    let mut a = analyzed("nccl-straggler-ddp", timeline());
+    let events = a.events.take().expect("kept");
+    let lanes = a.lanes(events);
+    let mut bytes = Vec::new();
+    perfetto::write_trace(std::slice::from_ref(&lanes), None, &mut bytes).unwrap();
+    assert_golden(
+        "perfetto/nccl-straggler-ddp.summary.txt",
+        &trace_summary(&bytes),
+    );
+}
+
+fn run(scenario: &str) -> Run {
+    let a = analyzed(scenario, Keep::default());
+    Run::from_report(&a.report(), &format!("v1-{scenario}.rec")).unwrap()
+}
+
+fn rendered(write: impl Fn(GateFormat, &mut Vec<u8>)) -> [(GateFormat, String); 3] {
+    GateFormat::ALL.map(|f| {
+        let mut out = Vec::new();
+        write(f, &mut out);
+        (f, String::from_utf8(out).unwrap())
+    })
+}
+
+fn extension(f: GateFormat) -> &'static str {
+    match f {
+        GateFormat::Text => "txt",
+        GateFormat::Markdown => "md",
+        GateFormat::Json => "json",
+    }
+}
+
+/// A job whose bottleneck moved from the loop's own work to the DataLoader's workers.
+#[test]
+fn the_gates_diff_and_check_in_each_format() {
+    let base = [run("host-compute")];
+    let new = [run("dataloader-cpu")];
+    let report = diff(&base, &new, &Thresholds::parse(&[]).unwrap()).unwrap();
+    assert_eq!(report.exit_code(), 1, "dataloader_cpu rose");
+    for (f, text) in rendered(|f, w| write_diff(&report, f, w).unwrap()) {
+        assert_golden(&format!("gate/diff.{}", extension(f)), &text);
+    }
+    let budget = Budget::parse(
+        "idle = \"15%\"\ndataloader_cpu = \"5%\"\nbusy = \"20%\"\nlost_events = 0\n",
+        "budget.toml",
+    )
+    .unwrap();
+    let checked = check(&new[0], &budget).unwrap();
+    assert_eq!(checked.exit_code(), 1, "over its idle budget");
+    for (f, text) in rendered(|f, w| write_check(&checked, f, w).unwrap()) {
+        assert_golden(&format!("gate/check.{}", extension(f)), &text);
+    }
+}
+
+/// doctor's renders over one reading of each outcome, as `doctor` gathers them.
+#[test]
+fn doctors_text_and_json() {
+    let d = Diagnosis {
+        checks: vec![
+            Check::pass("kernel module", "nvidia 580.159.04 loaded"),
+            profiler_core::doctor::gpu::replays(1).on_gpu(0),
+            profiler_core::doctor::gpu::persistence(false).on_gpu(0),
+            Check::fail(
+                "ECC",
+                "volatile 0 corrected / 2 uncorrected",
+                "drain the node and reset the GPU",
+            )
+            .on_gpu(1),
+            Check::unavailable("kernel log", "/dev/kmsg: permission denied"),
+        ],
+    };
+    assert_golden("doctor/readings.txt", &d.to_text());
+    assert_golden("doctor/readings.json", &(d.to_json() + "\n"));
+}
+
+/// What the agent serves after two segments, one of them a ranked job's.
+#[test]
+fn the_agents_exposition() {
+    let mut e = Exposition::default();
+    let mut secs = 0.0;
+    for scenario in ["disk", "nccl-straggler-ddp"] {
+        let a = analyzed(scenario, Keep::default());
+        secs += add_report(&mut e, &to_json_value(&a.report()));
+    }
+    assert!(secs > 0.0);
+    assert_golden("exposition/two-segments.txt", &e.render());
+}
