@@ -195,7 +195,7 @@ pub enum Record {
         ts_ns: u64,
         pid: u32,
         path: String,
-        library: crate::cuda::Library,
+        library: super::cuda_ops::Library,
         attached: Vec<String>,
         /// Functions the file lacks (or that failed to attach), with the reason.
         missing: Vec<(String, String)>,
@@ -291,7 +291,7 @@ pub struct CudaCall {
     pub end_ns: u64,
     /// The function, as named in `crate::cuda::APIS`.
     pub api: String,
-    pub op: crate::cuda::CudaOp,
+    pub op: super::cuda_ops::CudaOp,
     /// `CUresult` / `cudaError_t` / `ncclResult_t`; 0 is success; [`IN_PROGRESS`] for a call
     /// that had not returned when the recording ended (it ends there).
     pub status: u64,

@@ -200,7 +200,21 @@ impl Segments {
                     bytes,
                 }));
             }
-            _ => {}
+            // Timed events, and counts already per interval (a launch count is what the probes
+            // counted since the last read): each belongs to the segment it falls in as it is.
+            // Listed one by one, so that a new cumulative record cannot pass un-rebased.
+            Record::Unavailable { .. }
+            | Record::Stack { .. }
+            | Record::CpuSample { .. }
+            | Record::OffCpuSample { .. }
+            | Record::BlockIo { .. }
+            | Record::End { .. }
+            | Record::GpuUtil { .. }
+            | Record::GpuState(_)
+            | Record::GpuProcessUtil { .. }
+            | Record::CudaCall(_)
+            | Record::Launches { .. }
+            | Record::CudaCallSite { .. } => {}
         }
         kept()
     }
