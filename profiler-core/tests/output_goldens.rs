@@ -277,3 +277,16 @@ fn the_agents_exposition() {
     assert!(secs > 0.0);
     assert_golden("exposition/two-segments.txt", &e.render());
 }
+
+/// `record --segment`'s document reads back typed, its report whole.
+#[test]
+fn a_segment_document_reads_back_typed() {
+    let a = analyzed("host-compute", Keep::default());
+    let report = a.report();
+    let mut out = Vec::new();
+    profiler_core::report::json::write_segment(&report, 3, "/tmp/run.3.rec", &mut out).unwrap();
+    let doc: profiler_core::report::json::SegmentDoc<Value> = serde_json::from_slice(&out).unwrap();
+    assert_eq!((doc.segment, doc.recording.as_str()), (3, "/tmp/run.3.rec"));
+    assert_eq!(doc.report, to_json_value(&report));
+    assert!(out.ends_with(b"}\n"), "one document, then a newline");
+}

@@ -13,7 +13,7 @@ use profiler_core::{
     Analysis, Report,
     attribution::waiting::Calibration,
     pipeline::{self, Analyzed, Keep, Loaded},
-    report::flamegraph as folded,
+    report::{flamegraph as folded, json},
 };
 
 use crate::{
@@ -165,15 +165,7 @@ fn write_segment(
 ) -> anyhow::Result<()> {
     match format {
         profiler_core::Format::Json => {
-            let mut inner = Vec::new();
-            format.renderer().render(report, &mut inner)?;
-            let path = serde_json::to_string(&recording.display().to_string())?;
-            write!(
-                w,
-                "{{\"segment\": {number}, \"recording\": {path}, \"report\": "
-            )?;
-            w.write_all(inner.trim_ascii_end())?;
-            writeln!(w, "}}")?;
+            json::write_segment(report, number, &recording.display().to_string(), w)?;
         }
         profiler_core::Format::Text => {
             writeln!(w, "=== segment {number}: {} ===", recording.display())?;

@@ -22,6 +22,7 @@ use std::{
 };
 
 use profiler_core::exposition::{self, Exposition};
+use profiler_core::report::json::SegmentDoc;
 
 use crate::{capture::gpu, cli::AgentArgs, privileges};
 
@@ -347,21 +348,18 @@ fn recorder(
     let mut ending = false;
     if let Some(out) = child.stdout.take() {
         let docs = serde_json::Deserializer::from_reader(std::io::BufReader::new(out))
-            .into_iter::<serde_json::Value>();
+            .into_iter::<SegmentDoc<serde_json::Value>>();
         for doc in docs {
             let Ok(doc) = doc else { break };
             reports += 1;
-            if let Some(file) = doc["recording"].as_str() {
-                let _ = std::fs::remove_file(file);
-            }
-            let graphs = doc["segment"]
-                .as_u64()
-                .filter(|_| !args.flamegraphs.is_zero())
-                .and_then(|n| move_graphs(dir, n).ok());
-            segment(&doc["report"], graphs);
+            let _ = std::fs::remove_file(&doc.recording);
+            let graphs = (!args.flamegraphs.is_zero())
+                .then(|| move_graphs(dir, doc.segment).ok())
+                .flatten();
+            segment(&doc.report, graphs);
             // A new job (a process the recorder does not trace) gets a recorder that traces
             // it: this one ends its segment now.
-            if !ending && !stop.asked() && !covers(&doc["report"], &targets(args)) {
+            if !ending && !stop.asked() && !covers(&doc.report, &targets(args)) {
                 ending = true;
                 end(&child);
             }
@@ -406,7 +404,7 @@ fn covers(report: &serde_json::Value, targets: &[u32]) -> bool {
 
 /// Moves segment `n`'s folded stacks into a directory of their own (its SVGs are not served:
 /// the agent draws its graphs over several segments).
-fn move_graphs(dir: &std::path::Path, n: u64) -> std::io::Result<PathBuf> {
+fn move_graphs(dir: &std::path::Path, n: u32) -> std::io::Result<PathBuf> {
     let graphs = dir.join(format!("graphs-{n}"));
     std::fs::create_dir_all(&graphs)?;
     let prefix = format!("segment.{n}.");

@@ -43,6 +43,34 @@ pub fn to_json_value(report: &Report<'_>) -> serde_json::Value {
     serde_json::to_value(JsonReport::new(report)).unwrap_or(serde_json::Value::Null)
 }
 
+/// One segment's report, as `record --segment N --format json` writes each segment's: one
+/// such document a segment, in order. `R` is the report: [`JsonReport`] when written, what the
+/// reader wants when read.
+#[derive(Debug, Serialize, serde::Deserialize)]
+pub struct SegmentDoc<R> {
+    pub segment: u32,
+    /// The segment's recording file.
+    pub recording: String,
+    pub report: R,
+}
+
+/// Writes segment `segment`'s report, of the recording `recording`, as a [`SegmentDoc`]
+/// followed by a newline.
+pub fn write_segment<W: Write>(
+    report: &Report<'_>,
+    segment: u32,
+    recording: &str,
+    mut w: W,
+) -> Result<(), serde_json::Error> {
+    let doc = SegmentDoc {
+        segment,
+        recording: recording.to_owned(),
+        report: JsonReport::new(report),
+    };
+    serde_json::to_writer_pretty(&mut w, &doc)?;
+    w.write_all(b"\n").map_err(serde_json::Error::io)
+}
+
 /// Several recordings of one job.
 #[derive(Debug, Serialize)]
 pub struct JsonJob<'a> {
