@@ -201,7 +201,7 @@ const GPU_SECONDS_HELP: &str = "GPU time by state (busy, idle, waiting: busy to 
                                 waiting in collectives) and cause, over the recorded time";
 /// The agent's counter of events the kernel could not deliver.
 pub const LOST_EVENTS: &str = "stallscope_lost_events";
-const LOST_EVENTS_HELP: &str = "Events the kernel could not deliver to a recorder";
+pub const LOST_EVENTS_HELP: &str = "Events the kernel could not deliver to a recorder";
 
 /// Adds one recording's JSON report to the agent's counters: each GPU's seconds by state and
 /// cause (labelled with the job rank that ran on it, which a fleet's queries join across

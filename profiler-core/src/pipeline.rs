@@ -23,7 +23,7 @@ use crate::timeline::{self, RecordingLanes, TimelineEvents};
 /// A recording folded, not yet attributed.
 #[derive(Debug)]
 pub struct Loaded {
-    /// How the outputs name it: the file's name.
+    /// How the outputs name it (its file's name, or its path as given).
     pub name: String,
     pub folded: Folded,
     pub load: LoadInfo,

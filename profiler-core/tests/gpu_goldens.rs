@@ -35,15 +35,7 @@ fn ranked(scenario: &str) -> bool {
 }
 
 fn path(scenario: &str) -> PathBuf {
-    [
-        env!("CARGO_MANIFEST_DIR"),
-        "tests",
-        "recordings",
-        "gpu",
-        &format!("v1-{scenario}.rec"),
-    ]
-    .iter()
-    .collect()
+    common::gpu_recording(scenario)
 }
 
 fn analyzed(scenario: &str) -> Analyzed {

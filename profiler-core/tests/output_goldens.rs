@@ -7,7 +7,6 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 
 use common::assert_golden;
 use perfetto_protos::trace::Trace;
@@ -26,15 +25,7 @@ use protobuf::Message as _;
 use serde_json::{Value, json};
 
 fn loaded(scenario: &str) -> Loaded {
-    let p: PathBuf = [
-        env!("CARGO_MANIFEST_DIR"),
-        "tests",
-        "recordings",
-        "gpu",
-        &format!("v1-{scenario}.rec"),
-    ]
-    .iter()
-    .collect();
+    let p = common::gpu_recording(scenario);
     let file = std::fs::File::open(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
     pipeline::load(format!("v1-{scenario}.rec"), file)
         .unwrap_or_else(|e| panic!("{}: {e}", p.display()))

@@ -3,7 +3,7 @@
 //! baseline are the same input; what is compared and decided lives in `profiler_core::gate`.
 use std::{
     fs::File,
-    io::{BufReader, Read as _, Write as _},
+    io::{BufReader, Read, Write as _},
     path::{Path, PathBuf},
 };
 
@@ -26,18 +26,17 @@ use crate::{
     owner,
 };
 
-/// Whether the file at `path` is a recording (it starts with the format's magic).
-fn is_recording(path: &Path) -> std::io::Result<bool> {
-    let mut head = [0u8; MAGIC.len()];
+/// The file at `path`, opened once (it may be a pipe), and whether it is a recording: its
+/// first bytes are the format's magic. The reader gives the whole file, those bytes included.
+fn open_input(path: &Path) -> std::io::Result<(bool, impl Read + Send)> {
     let mut f = File::open(path)?;
-    let mut got = 0;
-    while got < head.len() {
-        match f.read(&mut head[got..])? {
-            0 => break,
-            n => got += n,
-        }
-    }
-    Ok(got == head.len() && head == MAGIC)
+    let mut head = Vec::with_capacity(MAGIC.len());
+    (&mut f).take(MAGIC.len() as u64).read_to_end(&mut head)?;
+    let recording = head == MAGIC;
+    Ok((
+        recording,
+        BufReader::new(std::io::Cursor::new(head).chain(f)),
+    ))
 }
 
 /// One run from a recording or a JSON report. A recording is streamed through the pipeline,
@@ -46,8 +45,8 @@ fn is_recording(path: &Path) -> std::io::Result<bool> {
 fn read_run(path: &Path) -> Result<Run, InputError> {
     let file = path.display().to_string();
     let cannot_read = |e: std::io::Error| InputError::new(&file, format!("cannot read it: {e}"));
-    if is_recording(path).map_err(cannot_read)? {
-        let reader = BufReader::new(File::open(path).map_err(cannot_read)?);
+    let (recording, mut reader) = open_input(path).map_err(cannot_read)?;
+    if recording {
         let loaded =
             pipeline::load(&file, reader).map_err(|e| InputError::new(&file, e.to_string()))?;
         if let Some(t) = loaded.load.truncated {
@@ -63,7 +62,8 @@ fn read_run(path: &Path) -> Result<Run, InputError> {
         let analyzed = pipeline::analyze(loaded, Keep::default());
         return Run::from_report(&analyzed.report(), &file);
     }
-    let bytes = std::fs::read(path).map_err(cannot_read)?;
+    let mut bytes = Vec::new();
+    reader.read_to_end(&mut bytes).map_err(cannot_read)?;
     let json: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| {
         InputError::new(
             &file,
@@ -120,10 +120,10 @@ pub fn run_diff(args: &DiffArgs) -> anyhow::Result<i32> {
 /// none.
 fn cause_lines(path: &Path, causes: &[Cause]) -> anyhow::Result<Option<Vec<Vec<String>>>> {
     let cannot = || format!("cannot read {}", path.display());
-    if !is_recording(path).with_context(cannot)? {
+    let (recording, reader) = open_input(path).with_context(cannot)?;
+    if !recording {
         return Ok(None);
     }
-    let reader = BufReader::new(File::open(path).with_context(cannot)?);
     let loaded = pipeline::load(path.display().to_string(), reader).with_context(cannot)?;
     let keep = Keep {
         cause_stacks: true,

@@ -225,6 +225,11 @@ fn attribute_and_draw(
         return (analyzed, Ok(Drawn::default()));
     }
     if let Err(e) = std::fs::create_dir_all(&dir) {
+        // No graph can be written: their stacks are not kept.
+        let keep = Keep {
+            cause_stacks: false,
+            ..keep
+        };
         let (analyzed, ()) = pipeline::attribute(loaded, calibration, keep, |_| ());
         let e = Err(e).with_context(|| format!("cannot create {}", dir.display()));
         return (analyzed, e);

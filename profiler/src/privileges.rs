@@ -126,7 +126,7 @@ pub fn drop_after_attach(cuda_probes: bool) -> anyhow::Result<CapsHashSet> {
     );
     let keep = kept(
         caller_uid() == 0,
-        crate::sudo::invoking_uid().is_some(),
+        crate::sudo::invoking_user().is_some(),
         cuda_probes,
         caps::runtime::thread_all_supported(),
     );

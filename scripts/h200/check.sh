@@ -88,8 +88,10 @@ step nvml-facts 60 python3 "$HERE/nvml_facts.py" "$R/nvml.json"
 [ -s "$R/nvml.json" ] && say "nvml: $(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(", ".join(f"{k}={d[k]}" for k in ("name","driver","sample_period_ms","samples","gpm_supported","pcie","sm_clock_mhz","clock_event_reasons")))' "$R/nvml.json")"
 
 # 3. doctor.
-step doctor-text 60 sh -c "'$BIN/stallscope' doctor > '$R/doctor.txt' 2>&1"
-step doctor-json 60 sh -c "'$BIN/stallscope' doctor --format json > '$R/doctor.json' 2>>'$OUT/check.log'"
+# doctor exits 1 on a warning and 2 on a failure: its verdict, not a failed step.
+timeout 60 "$BIN/stallscope" doctor >"$R/doctor.txt" 2>&1
+say "doctor exit status: $?"
+timeout 60 "$BIN/stallscope" doctor --format json >"$R/doctor.json" 2>>"$OUT/check.log"
 say "doctor: $(grep -ciE 'warn|fail|crit' "$R/doctor.txt") lines warn/fail; first: $(head -3 "$R/doctor.txt" | tr '\n' '|' | cut -c1-200)"
 fi
 
@@ -109,6 +111,8 @@ scenario() {
   done
   if [ -z "$pid" ]; then
     say "FAIL $s: the job did not start: $(tail -3 "$d/job.out" | tr '\n' '|')"
+    kill $job 2>/dev/null
+    wait $job 2>/dev/null
     return
   fi
   sleep "$pre"

@@ -6,5 +6,7 @@ cd "$(dirname "$0")/../.."
 cargo xtask build
 mkdir -p .h200/bin
 cp target/release/stallscope target/release/stallgen .h200/bin/
-mkdir -p .git/info; grep -qsx "/.h200/" .git/info/exclude || echo /.h200/ >>.git/info/exclude
+exclude=$(git rev-parse --git-path info/exclude)
+mkdir -p "$(dirname "$exclude")"
+grep -qsx "/.h200/" "$exclude" || echo /.h200/ >>"$exclude"
 ls -l .h200/bin

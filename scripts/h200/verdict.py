@@ -28,7 +28,7 @@ def steps(path):
 
 def rate(ts, lo=None, hi=None):
     ts = [t for t in ts if (lo is None or t >= lo) and (hi is None or t < hi)]
-    if len(ts) < 2:
+    if len(ts) < 2 or ts[-1] == ts[0]:
         return None
     return (len(ts) - 1) / ((ts[-1] - ts[0]) / 1e9)
 
@@ -86,13 +86,14 @@ def main():
     hi = lo + rep["duration_ns"]
     inside, outside = rate(ts, lo, hi), None
     before, after = [t for t in ts if t < lo], [t for t in ts if t >= hi]
-    if len(before) > 1 and len(after) > 1:
-        outside = (len(before) - 1 + len(after) - 1) / ((before[-1] - before[0] + after[-1] - after[0]) / 1e9)
+    spread = (before[-1] - before[0] if before else 0) + (after[-1] - after[0] if after else 0)
+    if len(before) > 1 and len(after) > 1 and spread > 0:
+        outside = (len(before) - 1 + len(after) - 1) / (spread / 1e9)
     out.append(f"steps_in_recording={sum(lo <= t < hi for t in ts)} rate_in={inside and round(inside, 2)}/s")
     if name == "launch_overhead" and inside:
         # job.py's launch_overhead step is 2,000 element-wise kernels and a sync.
         out.append(f"job_launches_per_s={2000 * inside:.0f}")
-    if outside:
+    if outside and inside:
         out.append(f"rate_outside={outside:.2f}/s ratio={inside / outside:.3f}")
     print(" ".join(out))
 

@@ -732,6 +732,84 @@ fn without_nvml_the_host_report_still_comes() {
     assert!(!report["threads"].as_array().unwrap().is_empty());
 }
 
+/// Without the CUDA probes a pageable copy cannot be told from host work: the report must say
+/// the copy causes were not checked, not leave them silently ruled out.
+#[test]
+fn without_cuda_probes_the_copy_causes_are_listed_not_checked() {
+    let _serial = serial();
+    let sim = Sim::new("no-probes");
+    let dir = Scratch::new("no-probes");
+    let job = Spawned::start(
+        Command::new(release_dir().join("stallgen"))
+            .env("LD_LIBRARY_PATH", &sim.libs)
+            .env("STALLSCOPE_SIMGPU_STATE", &sim.state)
+            .args(["--scenario", "pageable-copy", "--secs", "8"]),
+    );
+    let ready = job
+        .wait_stdout(Duration::from_secs(60), |l| l.starts_with("ready pid="))
+        .expect("stallgen became ready");
+    let pid = ready["ready pid=".len()..]
+        .split_whitespace()
+        .next()
+        .expect("a PID")
+        .to_owned();
+    let f = Spawned::start(
+        command()
+            .env("STALLSCOPE_SIMGPU_STATE", &sim.state)
+            .args(["record", "--json", "--no-cuda-probes", "-d", "3s", "-o"])
+            .arg(dir.join("x.rec"))
+            .args(["--pid", &pid, "--nvml-lib"])
+            .arg(sim.libs.join("libnvidia-ml.so.1")),
+    )
+    .finish(RECORD_TIMEOUT + Duration::from_secs(3));
+    assert_success(&f, "record --no-cuda-probes");
+    let _ = job.finish(Duration::from_secs(40));
+    let report = parse_report(&f.stdout);
+    let unchecked = report["unchecked_causes"].as_array().expect("a list");
+    for (cause, signal) in [
+        ("pinned_memory_copy", "cuda_probes"),
+        ("pcie", "cuda_probes"),
+        ("nccl_wait", "cuda_probes"),
+        ("launch_overhead", "launch_counts"),
+    ] {
+        let u = unchecked
+            .iter()
+            .find(|u| u["cause"] == cause)
+            .unwrap_or_else(|| panic!("{cause} is not listed unchecked: {unchecked:?}"));
+        assert!(
+            u["missing"]
+                .as_array()
+                .is_some_and(|m| m.iter().any(|s| s == signal)),
+            "{u}"
+        );
+        assert!(!u["reason"].as_str().unwrap_or("").is_empty(), "{u}");
+    }
+    assert!(
+        unchecked.iter().all(
+            |u| !["dataloader_cpu", "disk", "cpu_contention", "host_compute"]
+                .contains(&u["cause"].as_str().unwrap_or(""))
+        ),
+        "the host causes need no probe: {unchecked:?}"
+    );
+    assert_ne!(
+        report["verdict"]["cause"], "pinned_memory_copy",
+        "an unchecked cause is never the verdict"
+    );
+    let text = Spawned::start(
+        command()
+            .args(["report", "--no-flamegraphs"])
+            .arg(dir.join("x.rec")),
+    )
+    .finish(RECORD_TIMEOUT);
+    assert_success(&text, "report");
+    assert!(
+        text.stdout
+            .contains("not checked: pinned_memory_copy (no cuda_probes: "),
+        "{}",
+        text.stdout
+    );
+}
+
 /// Starts `stallgen --scenario nccl-straggler` and returns it with its rank PIDs (rank order).
 fn start_ranks(sim: &Sim, secs: u32) -> (Spawned, Vec<u32>) {
     let job = Spawned::start(

@@ -27,14 +27,13 @@ pub enum Cause {
     Unknown,
 }
 
-/// A signal of the recording a cause is judged on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+/// A signal of the recording a cause's score reads. Without one the cause is not scored but
+/// reported unchecked, with why (see `super::signals`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Signal {
     /// Per-thread scheduler states (sched tracepoints): always recorded.
     Scheduler,
-    /// Block IO and page-cache misses.
-    BlockIo,
     /// The CUDA and NCCL uprobes: time inside CUDA calls, by what they waited for.
     CudaProbes,
     /// NVML's PCIe link generation, width and throughput.
@@ -43,6 +42,19 @@ pub enum Signal {
     LaunchCounts,
     /// NVML's clocks and clock-event (throttle) reasons.
     GpuClocks,
+}
+
+impl Signal {
+    /// As the reports name it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Signal::Scheduler => "scheduler",
+            Signal::CudaProbes => "cuda_probes",
+            Signal::PcieLink => "pcie_link",
+            Signal::LaunchCounts => "launch_counts",
+            Signal::GpuClocks => "gpu_clocks",
+        }
+    }
 }
 
 /// Whose threads speak for a cause.
@@ -98,6 +110,8 @@ pub struct CauseSpec {
     pub score_doc: &'static str,
     /// What evidence the report shows, as the README's table says it.
     pub evidence_doc: &'static str,
+    /// The signals its score reads. (Block IO is `disk`'s evidence, not its score, which IO
+    /// wait carries: without the block tracepoints `disk` is still scored.)
     pub needs: &'static [Signal],
     pub speakers: Speakers,
     pub metric: Metric,
@@ -130,7 +144,7 @@ pub const CAUSES: [CauseSpec; 10] = [
         fix: "faster storage or a local cache, larger files (shards) instead of many small ones, more prefetch",
         score_doc: "feeder IO wait + feeder blocked × 3 × workers' IO-wait share",
         evidence_doc: "IO-waiting threads, their off-CPU stacks, block IO bytes and p50/p99 latency, files that missed the page cache",
-        needs: &[Signal::Scheduler, Signal::BlockIo],
+        needs: &[Signal::Scheduler],
         speakers: Speakers::All,
         metric: Metric::IoWait,
         stacks: Stacks::IoWait,
@@ -283,6 +297,30 @@ impl Cause {
 #[derive(Clone, Copy, PartialEq)]
 pub struct Scores([f64; CAUSES.len()]);
 
+/// A set of causes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CauseSet(u32);
+
+impl CauseSet {
+    pub fn insert(&mut self, c: Cause) {
+        self.0 |= 1 << (c as u32);
+    }
+
+    pub fn contains(self, c: Cause) -> bool {
+        self.0 & (1 << (c as u32)) != 0
+    }
+}
+
+impl FromIterator<Cause> for CauseSet {
+    fn from_iter<I: IntoIterator<Item = Cause>>(iter: I) -> Self {
+        let mut s = CauseSet::default();
+        for c in iter {
+            s.insert(c);
+        }
+        s
+    }
+}
+
 impl Scores {
     pub fn of(shares: &Shares) -> Self {
         let mut s = [0.0; CAUSES.len()];
@@ -299,6 +337,17 @@ impl Scores {
     }
 
     /// The highest-scoring cause; the first in registry order on a tie.
+    /// The same scores with `unchecked` causes' set to nothing: a cause whose signals are
+    /// missing is not judged.
+    pub fn without(mut self, unchecked: CauseSet) -> Self {
+        for spec in &CAUSES {
+            if unchecked.contains(spec.cause) {
+                self.0[spec.cause as usize] = 0.0;
+            }
+        }
+        self
+    }
+
     pub fn best(&self) -> (Cause, f64) {
         CAUSES
             .iter()

@@ -16,6 +16,7 @@ pub mod ranks;
 mod roles;
 mod rules;
 mod shares;
+pub mod signals;
 pub mod waiting;
 mod window;
 
@@ -26,7 +27,7 @@ use serde::Serialize;
 use crate::analysis::model::Analysis;
 use crate::analysis::timed_events::TimedEvents;
 pub use causes::{
-    CAUSES, Cause, CauseSpec, CudaEvidenceKind, Metric, Scores, Signal, Speakers, Stacks,
+    CAUSES, Cause, CauseSet, CauseSpec, CudaEvidenceKind, Metric, Scores, Signal, Speakers, Stacks,
 };
 pub use evidence::{Evidence, StackEvidence, ThreadEvidence};
 pub use roles::Roles;
@@ -137,6 +138,8 @@ pub struct Attribution {
     pub roles: Roles,
     pub gpus: Vec<GpuAttribution>,
     pub verdict: Verdict,
+    /// Causes the recording lacks a signal to judge: not scored in any window.
+    pub unchecked: Vec<signals::Unchecked>,
 }
 
 /// TensorFlow calls an input pipeline moderately bound at 5% of step time; NVML duty-cycle
@@ -174,13 +177,21 @@ pub fn attribute_with(
     let index = window::TimelineIndex::new(&a.timeline);
     let waits = crate::cuda::WaitIndex::new(&a.cuda.waits);
     let mut waiting = waiting::derive(a, calibration);
+    let unchecked = signals::unchecked(a);
+    let unjudged: CauseSet = unchecked.iter().map(|u| u.cause).collect();
     let gpus: Vec<GpuAttribution> = a
         .gpus
         .values()
         .filter(|g| !g.samples.is_empty())
         .map(|g| {
             let w = waiting.remove(&g.info.index);
-            attribute_gpu(a, timed, &Roles::for_gpu(a, g), &index, &waits, g, w)
+            let roles = Roles::for_gpu(a, g);
+            let lookups = Lookups {
+                index: &index,
+                waits: &waits,
+                unchecked: unjudged,
+            };
+            attribute_gpu(a, timed, &roles, &lookups, g, w)
         })
         .collect();
     let verdict = verdict(&gpus);
@@ -188,18 +199,31 @@ pub fn attribute_with(
         roles,
         gpus,
         verdict,
+        unchecked,
     })
+}
+
+/// What each GPU's windows are looked up in, built once per recording.
+struct Lookups<'x> {
+    index: &'x window::TimelineIndex,
+    waits: &'x crate::cuda::WaitIndex<'x>,
+    /// Causes the recording cannot judge.
+    unchecked: CauseSet,
 }
 
 fn attribute_gpu(
     a: &Analysis,
     timed: &TimedEvents,
     roles: &Roles,
-    index: &window::TimelineIndex,
-    waits: &crate::cuda::WaitIndex,
+    lookups: &Lookups<'_>,
     g: &crate::analysis::model::GpuTimeline,
     waiting: Option<GpuWaiting>,
 ) -> GpuAttribution {
+    let Lookups {
+        index,
+        waits,
+        unchecked,
+    } = *lookups;
     // Until the probes see the feeder's first CUDA call, its time in CUDA calls is not
     // measured (the probes go on a moment into a recording, and a call already in progress
     // then goes unseen), and a sync spinning on-CPU would pass for host work.
@@ -243,6 +267,7 @@ fn attribute_gpu(
         out.waiting_ns = out.waiting_ns.saturating_add(waited);
         let mut host = index.window(&a.timeline, roles, start, end);
         host.launch_bound = launch_rate >= rules::LAUNCH_BOUND_PER_SEC;
+        host.unchecked = unchecked;
         let feeder_probed = probed_since.is_some_and(|since| start >= since);
         if feeder_probed {
             let totals = waits.totals(start, end, |tid| roles.feeders.contains(&tid));

@@ -137,7 +137,7 @@ pub fn label_window(host: &HostWindow, busy: f64) -> Label {
         link_limited: host.link_limited,
         launch_bound: host.launch_bound,
     };
-    let scores = Scores::of(&shares);
+    let scores = Scores::of(&shares).without(host.unchecked);
     let (best, score) = scores.best();
     if host.feeder.total() <= 0.0 {
         return Label {
@@ -299,6 +299,16 @@ mod tests {
         assert_eq!(label_window(&copy, 0.0).cause, Cause::PinnedMemoryCopy);
         let slow_link = probed(feeder, waits(0.0, 70.0, 0.0, 0.0), true);
         assert_eq!(label_window(&slow_link, 0.2).cause, Cause::Pcie);
+    }
+
+    #[test]
+    fn an_unchecked_cause_is_never_a_windows() {
+        let feeder = st(60.0, 0.0, 0.0, 40.0);
+        let mut copy = probed(feeder, waits(50.0, 0.0, 0.0, 0.0), false);
+        copy.unchecked = [Cause::PinnedMemoryCopy].into_iter().collect();
+        let l = label_window(&copy, 0.0);
+        assert_ne!(l.cause, Cause::PinnedMemoryCopy);
+        assert_eq!(l.scores.get(Cause::PinnedMemoryCopy), 0.0);
     }
 
     #[test]

@@ -9,7 +9,7 @@ use super::{CudaView, LaunchStats, ProbedLibrary, RankInfo, WaitKind};
 pub struct CudaSummary<'a> {
     pub libraries: &'a [ProbedLibrary],
     pub processes: Vec<ProcessCuda>,
-    /// How long the launch probes were on: launch rates are counts over this.
+    /// How long launches were counted: launch rates are counts over this.
     pub launch_probed_ns: u64,
 }
 

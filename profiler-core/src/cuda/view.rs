@@ -86,7 +86,8 @@ pub struct CollectiveSpan {
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
 pub struct LaunchStats {
-    /// Launches counted while the launch probes were on.
+    /// Launches counted while the launch count was on, once each (the busier of the
+    /// runtime's and the driver's layer: see `launches_once`).
     pub counted: u64,
     /// Estimated launches per second over the recording.
     pub per_sec: f64,
@@ -111,7 +112,8 @@ pub struct CudaView {
     pub launches: BTreeMap<u32, LaunchStats>,
     /// By PID: launches counted per entry point.
     pub launches_by_api: BTreeMap<u32, BTreeMap<String, u64>>,
-    /// Time the launch probes were on.
+    /// Time launches were counted (the probes' credited on-periods): launch rates are
+    /// counts over this.
     pub launch_probed_ns: u64,
     /// Copies classed pinned vs pageable, by PID: (pinned bytes, pageable bytes).
     pub copy_bytes: BTreeMap<u32, (u64, u64)>,

@@ -258,6 +258,20 @@ pub fn frame_offsets(file: &[u8]) -> Vec<usize> {
 
 /// Compares `actual` with `tests/golden/<name>`, or rewrites the file when
 /// `STALLSCOPE_BLESS=1`.
+/// `tests/recordings/gpu/v1-<scenario>.rec`: a recording stallscope made of a stallgen
+/// scenario on the simulated GPU.
+pub fn gpu_recording(scenario: &str) -> PathBuf {
+    [
+        env!("CARGO_MANIFEST_DIR"),
+        "tests",
+        "recordings",
+        "gpu",
+        &format!("v1-{scenario}.rec"),
+    ]
+    .iter()
+    .collect()
+}
+
 pub fn assert_golden(name: &str, actual: &str) {
     let path: PathBuf = [env!("CARGO_MANIFEST_DIR"), "tests", "golden", name]
         .iter()

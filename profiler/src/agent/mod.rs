@@ -153,10 +153,7 @@ const COUNTERS: [(&str, &str); 5] = [
         "stallscope_agent_uncovered_seconds",
         "Time with targets but no recording (an attach, a change of recorder)",
     ),
-    (
-        "stallscope_lost_events",
-        "Events the kernel could not deliver to a recorder",
-    ),
+    (exposition::LOST_EVENTS, exposition::LOST_EVENTS_HELP),
 ];
 
 /// The processes to record this segment.

@@ -138,7 +138,6 @@ impl Driver {
     }
 }
 
-/// One context on the job's GPU with the job's stream, kernel and device buffer.
 type LaunchKernel = unsafe extern "C" fn(
     Handle,
     c_uint,
@@ -153,6 +152,7 @@ type LaunchKernel = unsafe extern "C" fn(
     *mut *mut c_void,
 ) -> CuResult;
 
+/// One context on the job's GPU with the job's stream, kernel and device buffer.
 pub struct Gpu {
     drv: Driver,
     stream: Handle,

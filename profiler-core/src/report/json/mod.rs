@@ -147,6 +147,8 @@ pub struct JsonReport<'a> {
     /// Start and end are CLOCK_MONOTONIC ns, like `start_ns`.
     pub stalls: Vec<&'a crate::attribution::Stall>,
     pub verdict: Option<&'a crate::attribution::Verdict>,
+    /// Causes the recording lacks a signal to judge, with why: not ruled out, not checked.
+    pub unchecked_causes: &'a [crate::attribution::signals::Unchecked],
 }
 
 #[derive(Debug, Serialize)]
@@ -315,6 +317,7 @@ impl<'a> JsonReport<'a> {
             ranks: &report.ranks,
             stalls: gpu::json_stalls(report.attribution),
             verdict: gpu::json_verdict(report.attribution),
+            unchecked_causes: report.attribution.map_or(&[], |a| &a.unchecked),
         }
     }
 }

@@ -90,7 +90,21 @@ pub fn write_text<W: Write>(report: &Report<'_>, w: &mut W) -> io::Result<()> {
         write_causes(&g.causes, g.observed_ns, g.waiting_ns > 0, w)?;
         write_stalls(a, attr, g.gpu, w)?;
     }
-    writeln!(w, "\nverdict: {}", attr.verdict.text)
+    writeln!(w, "\nverdict: {}", attr.verdict.text)?;
+    for u in &attr.unchecked {
+        writeln!(
+            w,
+            "not checked: {} (no {}: {})",
+            u.cause.name(),
+            u.missing
+                .iter()
+                .map(|s| s.name())
+                .collect::<Vec<_>>()
+                .join(", "),
+            u.reason
+        )?;
+    }
+    Ok(())
 }
 
 /// Each cause's evidence over all of its windows: the answer for a job that idles a little

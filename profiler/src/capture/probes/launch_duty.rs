@@ -360,7 +360,9 @@ fn run(
             }
             break;
         }
-        let live = w.wait_until(cycle + on);
+        // The on-period is credited from when every probe is open (opening takes a while on a
+        // real library), and lasts `on` from there.
+        let live = w.wait_until(Instant::now() + on);
         w.switch_off();
         if !live || !w.wait_until(cycle + period) {
             break;
