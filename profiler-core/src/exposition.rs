@@ -1,8 +1,11 @@
 //! What `stallscope agent` serves on `/metrics`: metric families in the OpenMetrics text format,
 //! and the GPU seconds by state and cause read from one recording's JSON report. Pure, so the
 //! format and the accounting are unit-tested without a server.
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+
+use crate::report::json::JsonReport;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -144,17 +147,15 @@ pub const UNATTRIBUTED: &str = "unattributed";
 /// Each GPU's seconds in a JSON report (`report --format json`): busy; idle by cause;
 /// waiting (busy to NVML, but only waiting in collectives) by cause, which is the lost time
 /// less the idle.
-pub fn gpu_seconds(report: &serde_json::Value) -> Vec<GpuSeconds> {
-    let ns = |v: &serde_json::Value| v.as_f64().unwrap_or(0.0) / 1e9;
-    let by_cause = |v: &serde_json::Value| -> BTreeMap<String, f64> {
-        v.as_object()
-            .map(|m| m.iter().map(|(k, v)| (k.clone(), ns(v))).collect())
-            .unwrap_or_default()
+pub fn gpu_seconds(report: &JsonReport<'_>) -> Vec<GpuSeconds> {
+    let s = |ns: u64| ns as f64 / 1e9;
+    let by_cause = |m: &BTreeMap<Cow<'static, str>, u64>| -> BTreeMap<String, f64> {
+        m.iter().map(|(k, ns)| (k.to_string(), s(*ns))).collect()
     };
     let mut out = Vec::new();
-    for g in report["gpus"].as_array().into_iter().flatten() {
-        let idle = by_cause(&g["idle_by_cause"]);
-        let lost = by_cause(&g["lost_by_cause"]);
+    for g in report.gpus.iter() {
+        let idle = by_cause(&g.idle_by_cause);
+        let lost = by_cause(&g.lost_by_cause);
         let mut rows = Vec::new();
         let mut split = |state: &'static str, total: f64, causes: BTreeMap<String, f64>| {
             let explained: f64 = causes.values().sum();
@@ -176,19 +177,20 @@ pub fn gpu_seconds(report: &serde_json::Value) -> Vec<GpuSeconds> {
                 )
             })
             .collect();
-        split("idle", ns(&g["idle_ns"]), idle);
-        split("waiting", ns(&g["waiting_ns"]), waiting);
+        split("idle", s(g.idle_ns), idle);
+        split("waiting", s(g.waiting_ns), waiting);
         out.push(GpuSeconds {
-            index: g["index"].as_u64().unwrap_or(0),
-            uuid: g["uuid"].as_str().unwrap_or_default().to_owned(),
-            name: g["name"].as_str().unwrap_or_default().to_owned(),
-            rank: report["ranks"]["ranks"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .find(|r| r["gpu"] == g["index"] && r["rank"].is_u64())
-                .and_then(|r| r["rank"].as_u64()),
-            busy_s: ns(&g["busy_ns"]),
+            index: u64::from(g.index),
+            uuid: g.uuid.to_string(),
+            name: g.name.to_string(),
+            rank: report
+                .ranks
+                .ranks
+                .iter()
+                .find(|r| r.gpu == Some(g.index))
+                .and_then(|r| r.rank)
+                .map(u64::from),
+            busy_s: s(g.busy_ns),
             lost: rows,
         });
     }
@@ -206,7 +208,7 @@ pub const LOST_EVENTS_HELP: &str = "Events the kernel could not deliver to a rec
 /// Adds one recording's JSON report to the agent's counters: each GPU's seconds by state and
 /// cause (labelled with the job rank that ran on it, which a fleet's queries join across
 /// hosts by), and its lost events. Returns the seconds it recorded.
-pub fn add_report(e: &mut Exposition, report: &serde_json::Value) -> f64 {
+pub fn add_report(e: &mut Exposition, report: &JsonReport<'_>) -> f64 {
     for g in gpu_seconds(report) {
         let gpu = g.index.to_string();
         let rank = g.rank.map(|r| r.to_string()).unwrap_or_default();
@@ -228,14 +230,18 @@ pub fn add_report(e: &mut Exposition, report: &serde_json::Value) -> f64 {
         LOST_EVENTS,
         LOST_EVENTS_HELP,
         &[],
-        report["lost_events"].as_f64().unwrap_or(0.0),
+        report.lost_events as f64,
     );
-    report["duration_ns"].as_f64().unwrap_or(0.0) / 1e9
+    report.duration_ns as f64 / 1e9
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn doc(v: serde_json::Value) -> crate::report::json::ReportDoc {
+        crate::report::json::read_report(v.to_string().as_bytes(), "test.json").unwrap()
+    }
 
     #[test]
     fn counters_take_the_total_suffix_and_the_text_ends_with_eof() {
@@ -278,12 +284,13 @@ mod tests {
 
     #[test]
     fn a_reports_gpu_time_splits_into_busy_idle_and_waiting_by_cause() {
-        let report = serde_json::json!({"gpus": [{
+        let report = doc(serde_json::json!({"version": 1, "gpus": [{
             "index": 1, "uuid": "GPU-1", "name": "H100",
-            "busy_ns": 6e9, "idle_ns": 3e9, "waiting_ns": 2e9,
-            "idle_by_cause": {"dataloader_cpu": 2.5e9},
-            "lost_by_cause": {"dataloader_cpu": 2.5e9, "nccl_wait": 1.5e9},
-        }]});
+            "busy_ns": 6_000_000_000u64, "idle_ns": 3_000_000_000u64,
+            "waiting_ns": 2_000_000_000u64,
+            "idle_by_cause": {"dataloader_cpu": 2_500_000_000u64},
+            "lost_by_cause": {"dataloader_cpu": 2_500_000_000u64, "nccl_wait": 1_500_000_000u64},
+        }]}));
         let g = &gpu_seconds(&report)[0];
         assert_eq!((g.index, g.busy_s), (1, 6.0));
         let row = |state: &str, cause: &str| {
@@ -304,13 +311,15 @@ mod tests {
 
     #[test]
     fn a_gpu_takes_the_rank_that_ran_on_it() {
-        let report = serde_json::json!({
+        let rank = |rank: Option<u32>, gpu: u32, pid: u32| {
+            serde_json::json!({"rank": rank, "nranks": null, "pid": pid, "host": "h",
+                "gpu": gpu, "nccl_wait_ns": 0, "nccl_wait_share": 0.0, "own_cause": null})
+        };
+        let report = doc(serde_json::json!({
+            "version": 1,
             "gpus": [{"index": 0}, {"index": 1}, {"index": 2}],
-            "ranks": {"ranks": [
-                {"rank": 5, "gpu": 1, "pid": 10},
-                {"rank": null, "gpu": 2, "pid": 11},
-            ]},
-        });
+            "ranks": {"ranks": [rank(Some(5), 1, 10), rank(None, 2, 11)]},
+        }));
         let ranks: Vec<_> = gpu_seconds(&report).iter().map(|g| g.rank).collect();
         assert_eq!(ranks, [None, Some(5), None]);
     }

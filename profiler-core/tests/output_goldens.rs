@@ -20,6 +20,7 @@ use profiler_core::gate::{
     render::{GateFormat, write_check, write_diff},
 };
 use profiler_core::pipeline::{self, Analyzed, Keep, Loaded};
+use profiler_core::report::json::{JsonReport, ReportDoc, SegmentDoc, read_report};
 use profiler_core::report::{html, json::Json, json::to_json_value, perfetto, text::Text};
 use protobuf::Message as _;
 use serde_json::{Value, json};
@@ -194,7 +195,7 @@ fn the_perfetto_trace_decoded() {
 
 fn run(scenario: &str) -> Run {
     let a = analyzed(scenario, Keep::default());
-    Run::from_report(&a.report(), &format!("v1-{scenario}.rec")).unwrap()
+    Run::from_report(&a.report(), &format!("v1-{scenario}.rec"))
 }
 
 fn rendered(write: impl Fn(GateFormat, &mut Vec<u8>)) -> [(GateFormat, String); 3] {
@@ -263,7 +264,7 @@ fn the_agents_exposition() {
     let mut secs = 0.0;
     for scenario in ["disk", "nccl-straggler-ddp"] {
         let a = analyzed(scenario, Keep::default());
-        secs += add_report(&mut e, &to_json_value(&a.report()));
+        secs += add_report(&mut e, &JsonReport::new(&a.report()));
     }
     assert!(secs > 0.0);
     assert_golden("exposition/two-segments.txt", &e.render());
@@ -276,8 +277,51 @@ fn a_segment_document_reads_back_typed() {
     let report = a.report();
     let mut out = Vec::new();
     profiler_core::report::json::write_segment(&report, 3, "/tmp/run.3.rec", &mut out).unwrap();
-    let doc: profiler_core::report::json::SegmentDoc<Value> = serde_json::from_slice(&out).unwrap();
+    let doc: SegmentDoc<ReportDoc> = serde_json::from_slice(&out).unwrap();
     assert_eq!((doc.segment, doc.recording.as_str()), (3, "/tmp/run.3.rec"));
-    assert_eq!(doc.report, to_json_value(&report));
+    assert_eq!(
+        serde_json::to_string(&doc.report).unwrap(),
+        serde_json::to_string(&JsonReport::new(&report)).unwrap()
+    );
     assert!(out.ends_with(b"}\n"), "one document, then a newline");
+}
+
+/// Every JSON report golden reads back typed and writes the same document again: each field
+/// deserializes, in every scenario's shape, to the value it was written with.
+#[test]
+fn every_json_report_golden_reads_back_typed_and_writes_the_same_document() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden");
+    let mut files: Vec<_> = std::fs::read_dir(dir.join("gpu"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .collect();
+    files.push(dir.join("report.json"));
+    assert!(files.len() > 5, "{files:?}");
+    for f in files {
+        let bytes = std::fs::read(&f).unwrap();
+        let doc = read_report(&bytes, &f.display().to_string()).unwrap();
+        let was: Value = serde_json::from_slice(&bytes).unwrap();
+        let again = serde_json::to_value(&doc).unwrap();
+        let differs = was
+            .as_object()
+            .unwrap()
+            .iter()
+            .find(|(k, v)| again.get(k.as_str()) != Some(*v))
+            .map(|(k, _)| k.clone());
+        assert!(
+            was == again,
+            "{} reads back otherwise, first at {differs:?}",
+            f.display()
+        );
+    }
+}
+
+/// Written straight from the report, the document keeps its fields in the struct's order.
+#[test]
+fn a_report_read_back_writes_the_same_bytes() {
+    let a = analyzed("nccl-straggler-ddp", Keep::default());
+    let written = serde_json::to_string_pretty(&JsonReport::new(&a.report())).unwrap();
+    let doc = read_report(written.as_bytes(), "x.json").unwrap();
+    assert!(serde_json::to_string_pretty(&doc).unwrap() == written);
 }

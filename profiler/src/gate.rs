@@ -60,17 +60,11 @@ fn read_run(path: &Path) -> Result<Run, InputError> {
             ));
         }
         let analyzed = pipeline::analyze(loaded, Keep::default());
-        return Run::from_report(&analyzed.report(), &file);
+        return Ok(Run::from_report(&analyzed.report(), &file));
     }
     let mut bytes = Vec::new();
     reader.read_to_end(&mut bytes).map_err(cannot_read)?;
-    let json: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| {
-        InputError::new(
-            &file,
-            format!("neither a recording nor a JSON report ({e})"),
-        )
-    })?;
-    Run::from_json(&json, &file)
+    Run::from_json(&bytes, &file)
 }
 
 /// A file's run, or every recording and JSON report in a directory (repeated runs).

@@ -213,12 +213,18 @@ fn bad_inputs_exit_2_naming_the_file() {
     v["version"] = 99.into();
     let old = dir.join("v99.json");
     std::fs::write(&old, v.to_string()).unwrap();
+    // Of this version, but a field of the wrong type.
+    v["version"] = 1.into();
+    v["gpus"][0]["busy_ns"] = "a lot".into();
+    let malformed = dir.join("malformed.json");
+    std::fs::write(&malformed, v.to_string()).unwrap();
     let empty = dir.join("empty");
     std::fs::create_dir_all(&empty).unwrap();
     let missing = dir.join("missing.rec");
     for (bad, want) in [
         (&cut, "cut short"),
         (&old, "version 99"),
+        (&malformed, "does not read as one"),
         (&empty, "holds no recording"),
         (&missing, "cannot read"),
         (&recording("nccl-straggler"), "different GPUs"),

@@ -4,7 +4,7 @@
 //! sorted so that every report is deterministic.
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::recording::record::{EndReason, GpuInfo, GpuState, Meta, ThreadCounters};
 
@@ -194,7 +194,7 @@ impl FileMisses {
     }
 }
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EventCounts {
     pub attempted: u64,
     pub dropped: u64,

@@ -4,12 +4,12 @@
 //! is the variant's, which a test checks), its score in [`super::rules`] and tests. The
 //! README's cause table is checked against `score_doc` and `evidence_doc`, so it cannot
 //! drift from the code.
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::shares::Shares;
 
 /// The causes stallscope names. The names are the strings of the JSON report.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Cause {
     DataloaderCpu,
@@ -29,7 +29,7 @@ pub enum Cause {
 
 /// A signal of the recording a cause's score reads. Without one the cause is not scored but
 /// reported unchecked, with why (see `super::signals`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Signal {
     /// Per-thread scheduler states (sched tracepoints): always recorded.

@@ -1,8 +1,9 @@
 //! Evidence for the causes the CUDA probes name: the calls the feeder's process waited in,
 //! pinned against pageable bytes, the bandwidth copies achieved, and the PCIe link.
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::causes::{Cause, CudaEvidenceKind};
 use super::intervals::{contains, overlaps};
@@ -10,7 +11,7 @@ use super::{link::LinkState, roles::Roles};
 use crate::analysis::model::{Analysis, GpuTimeline};
 use crate::cuda::{CudaOp, WaitKind};
 
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct CudaEvidence {
     /// Time the GPU's processes spent in the waits this cause is about, ns.
     pub wait_ns: u64,
@@ -21,17 +22,17 @@ pub struct CudaEvidence {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub link: Option<LinkEvidence>,
     /// NCCL collectives enqueued in the stall, by op.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub collectives: Vec<CollectiveEvidence>,
     /// For `launch_overhead`: the feeder processes' kernel launches per second over the
     /// recording, and per entry point as counted.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub launches_per_sec: Option<f64>,
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub launches_by_api: BTreeMap<String, u64>,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CallEvidence {
     pub api: String,
     /// Who called it (the return address at entry, symbolized).
@@ -40,7 +41,7 @@ pub struct CallEvidence {
     pub total_ns: u64,
 }
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct CopyEvidence {
     pub pinned_bytes: u64,
     pub pageable_bytes: u64,
@@ -49,7 +50,7 @@ pub struct CopyEvidence {
     pub achieved_gbps: Option<f64>,
 }
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct LinkEvidence {
     pub generation: u32,
     pub width: u32,
@@ -61,9 +62,9 @@ pub struct LinkEvidence {
     pub saturated: bool,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CollectiveEvidence {
-    pub op: &'static str,
+    pub op: Cow<'static, str>,
     pub calls: u64,
     pub bytes: u64,
 }
@@ -181,7 +182,7 @@ pub fn gather(
                 let e = by_op
                     .entry(op.name())
                     .or_insert_with(|| CollectiveEvidence {
-                        op: op.name(),
+                        op: op.name().into(),
                         ..CollectiveEvidence::default()
                     });
                 e.calls += 1;

@@ -1,15 +1,16 @@
 //! The evidence behind a label: which threads did what during a stall, or during every window
 //! of one cause, the stacks sampled there, and the block IO seen there.
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::causes::{Cause, Metric, Speakers, Stacks};
 use super::roles::{Role, Roles};
 use crate::analysis::model::Analysis;
 use crate::analysis::percentiles::Percentiles;
 
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Evidence {
     /// The threads that spent the most time in the state the cause is about.
     pub threads: Vec<ThreadEvidence>,
@@ -22,27 +23,27 @@ pub struct Evidence {
     pub cuda: Option<super::cuda_evidence::CudaEvidence>,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ThreadEvidence {
     pub tid: u32,
     pub pid: u32,
     pub comm: String,
-    pub role: &'static str,
+    pub role: Cow<'static, str>,
     pub on_cpu_ns: u64,
     pub runqueue_ns: u64,
     pub io_wait_ns: u64,
     pub blocked_ns: u64,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StackEvidence {
     /// On-CPU samples, or off-CPU nanoseconds for `disk`.
     pub weight: u64,
-    pub unit: &'static str,
+    pub unit: Cow<'static, str>,
     pub frames: Vec<String>,
 }
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IoEvidence {
     pub requests: u64,
     pub read_bytes: u64,
@@ -135,7 +136,7 @@ pub fn gather(
         .take(TOP_STACKS)
         .map(|(id, weight)| StackEvidence {
             weight,
-            unit,
+            unit: unit.into(),
             frames: frames_of(&id).clone(),
         })
         .collect();
@@ -192,7 +193,7 @@ fn add_thread_time(
                     tid: d.tid,
                     pid: info.map_or(0, |t| t.pid),
                     comm: info.map_or_else(String::new, |t| t.comm.clone()),
-                    role: role_name(roles.role(d.tid)),
+                    role: role_name(roles.role(d.tid)).into(),
                     ..ThreadEvidence::default()
                 }
             });

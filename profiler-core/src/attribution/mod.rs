@@ -20,9 +20,10 @@ pub mod signals;
 pub mod waiting;
 mod window;
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::analysis::model::Analysis;
 use crate::analysis::timed_events::TimedEvents;
@@ -36,7 +37,7 @@ pub use waiting::{GpuWaiting, WaitingSignal};
 pub use window::HostWindow;
 
 /// One stretch of mostly-idle GPU time with a single cause.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Stall {
     pub gpu: u32,
     pub start_ns: u64,
@@ -54,7 +55,7 @@ pub struct Stall {
 
 /// Everything behind one cause's idle time on a GPU, summed over every window it labelled:
 /// a job that idles a little in every window has no stall, and still gets its why.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CauseEvidence {
     pub cause: Cause,
     /// Idle plus waiting time it took.
@@ -65,7 +66,7 @@ pub struct CauseEvidence {
 }
 
 /// The dominant cause of one second of the recording.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SecondLabel {
     pub start_ns: u64,
     pub idle_ns: u64,
@@ -123,13 +124,13 @@ pub struct WindowLabel {
 
 /// The answer in plain words, in bands after TensorFlow's input-pipeline analyzer: a cause
 /// taking ≥ 20% of GPU time is high, ≥ 10% moderate (see [`MODERATE_SHARE`]).
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Verdict {
     /// `None` when no cause reaches the moderate band.
     pub cause: Option<Cause>,
     /// The cause's idle time over all observed GPU time.
     pub share: f64,
-    pub severity: &'static str,
+    pub severity: Cow<'static, str>,
     pub text: String,
 }
 
@@ -506,7 +507,7 @@ fn verdict(gpus: &[GpuAttribution]) -> Verdict {
             Verdict {
                 cause: Some(cause),
                 share: share(ns),
-                severity,
+                severity: severity.into(),
                 text: format!(
                     "{severity}: the GPU {lost}, {:.0}% of it because of {} ({:.0}% of GPU time). Usual fix: {}.",
                     if idle == 0 {
@@ -523,7 +524,7 @@ fn verdict(gpus: &[GpuAttribution]) -> Verdict {
         _ => Verdict {
             cause: None,
             share: top.map_or(0.0, |(_, ns)| share(*ns)),
-            severity: "none",
+            severity: "none".into(),
             text: format!(
                 "no bottleneck: the GPU {lost}, no cause above {:.0}% of GPU time.",
                 MODERATE_SHARE * 100.0

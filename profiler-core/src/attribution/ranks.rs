@@ -5,7 +5,9 @@
 //!
 //! Ranks are compared by their wait totals, never by timestamps, so recordings from different
 //! hosts (whose monotonic clocks are unrelated) combine without clock alignment.
-use serde::Serialize;
+use std::borrow::Cow;
+
+use serde::{Deserialize, Serialize};
 
 use super::Attribution;
 use super::causes::Cause;
@@ -13,7 +15,7 @@ use crate::analysis::model::Analysis;
 use crate::cuda::WaitKind;
 use crate::nvml::clock_events;
 
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RankReport {
     /// From `ncclCommInitRank` when the probes saw it, else the process's RANK variable;
     /// `None` when neither was there (the communicator was made before attach).
@@ -42,19 +44,19 @@ pub struct RankReport {
 }
 
 /// A GPU's clocks held down, from its NVML state samples while busy.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Throttle {
     /// Busy state samples with a slowdown reason, over all busy state samples.
     pub share: f64,
     /// The reasons seen, NVML's names.
-    pub reasons: Vec<&'static str>,
+    pub reasons: Vec<Cow<'static, str>>,
     /// Median SM clock over the busy samples.
     pub sm_clock_mhz: Option<u32>,
 }
 
 /// Each collective's last rank, matched by order on a communicator across the ranks of one
 /// recording (one host's clock).
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Arrivals {
     /// Collectives every rank of the recording queued.
     pub matched: u64,
@@ -64,10 +66,10 @@ pub struct Arrivals {
     pub latest: Vec<LateArrival>,
     /// Queueing is the host's arrival: a rank whose GPU (not host) is slow queues late only
     /// by its GPU work after a step's last collective, and shows in the wait totals.
-    pub note: &'static str,
+    pub note: Cow<'static, str>,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LateArrival {
     pub host: String,
     /// The collective's position on the communicator, counted from the first the probes saw
@@ -78,7 +80,7 @@ pub struct LateArrival {
     pub late_ns: u64,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Straggler {
     pub rank: Option<u32>,
     pub pid: u32,
@@ -87,11 +89,11 @@ pub struct Straggler {
     pub text: String,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct RankView {
     pub ranks: Vec<RankReport>,
     /// Per recording with several ranks: who queued each collective last.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub arrivals: Vec<Arrivals>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub straggler: Option<Straggler>,
@@ -288,7 +290,7 @@ fn judge_throttle(recordings: &[(&Analysis, Option<&Attribution>)], out: &mut [R
         }
         r.throttle = Some(Throttle {
             share,
-            reasons,
+            reasons: reasons.into_iter().map(Cow::Borrowed).collect(),
             sm_clock_mhz: c.median_mhz,
         });
     }
@@ -379,7 +381,8 @@ fn arrivals_in(a: &Analysis, out: &mut [RankReport]) -> Option<Arrivals> {
         latest: lates,
         note: "queue times on the host's clock: a rank whose GPU, not its host, is slow queues \
                late only by its GPU work after a step's last collective, well short of the \
-               wait it causes (see the wait totals)",
+               wait it causes (see the wait totals)"
+            .into(),
     })
 }
 
@@ -597,7 +600,10 @@ mod tests {
         let t2 = by_rank(2).throttle.as_ref().unwrap();
         assert_eq!(
             (t2.share, t2.reasons.as_slice()),
-            (1.0, &["sw_thermal_slowdown"][..])
+            (
+                1.0,
+                &[std::borrow::Cow::Borrowed("sw_thermal_slowdown")][..]
+            )
         );
         assert_eq!(by_rank(2).own_cause, Some(Cause::GpuThrottled));
         // Idle samples do not count.
@@ -611,7 +617,7 @@ mod tests {
         let mut r2 = rank(2, 0.01, Some(Cause::GpuThrottled));
         r2.throttle = Some(Throttle {
             share: 0.9,
-            reasons: vec!["sw_thermal_slowdown"],
+            reasons: vec!["sw_thermal_slowdown".into()],
             sm_clock_mhz: Some(1100),
         });
         let s = straggler(&[rank(0, 0.4, None), rank(1, 0.35, None), r2]).unwrap();

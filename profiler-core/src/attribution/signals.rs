@@ -1,12 +1,12 @@
 //! Which of the signals a cause's score reads the recording holds. A cause without one is not
 //! scored: the report lists it as unchecked, with why, instead of implying it was ruled out.
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::causes::{CAUSES, Cause, Signal};
 use crate::analysis::model::Analysis;
 
 /// A cause the recording could not judge.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Unchecked {
     pub cause: Cause,
     pub missing: Vec<Signal>,

@@ -18,15 +18,16 @@
 //! seen, so on a rank's GPU that stretch may be waiting too, told by the signal alone (a
 //! recording that starts while the ranks wait for a straggler would otherwise call the wait
 //! work).
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::roles::Roles;
 use crate::analysis::model::{Analysis, GpuTimeline};
 
 /// Which signal told waiting from work on a GPU.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum WaitingSignal {
     Gpm,
@@ -36,11 +37,11 @@ pub enum WaitingSignal {
 }
 
 /// A GPU's waiting, per utilization sample, and how it was found.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct GpuWaiting {
     pub signal: WaitingSignal,
     /// `high`, `medium` or `none`.
-    pub certainty: &'static str,
+    pub certainty: Cow<'static, str>,
     pub note: String,
     /// Waiting fraction of each sample period, aligned with the GPU's samples.
     #[serde(skip)]
@@ -300,7 +301,7 @@ pub fn derive(a: &Analysis, calibration: &Calibration) -> BTreeMap<u32, GpuWaiti
             let w = if out.0.is_empty() {
                 GpuWaiting {
                     signal: WaitingSignal::None,
-                    certainty: "none",
+                    certainty: "none".into(),
                     note: "no collective was outstanding on this GPU's processes".into(),
                     fractions: vec![0.0; g.samples.len()],
                 }
@@ -311,7 +312,7 @@ pub fn derive(a: &Analysis, calibration: &Calibration) -> BTreeMap<u32, GpuWaiti
             } else {
                 GpuWaiting {
                     signal: WaitingSignal::None,
-                    certainty: "none",
+                    certainty: "none".into(),
                     note: "this GPU has no GPM and no other rank's GPU is in the recording: \
                            time its collectives waited reads as busy (compare the ranks' \
                            recordings together)"
@@ -335,7 +336,7 @@ fn by_gpm(
         Err(why) => {
             return GpuWaiting {
                 signal: WaitingSignal::Gpm,
-                certainty: "medium",
+                certainty: "medium".into(),
                 note: why.clone(),
                 fractions: vec![0.0; g.samples.len()],
             };
@@ -365,7 +366,7 @@ fn by_gpm(
         .collect();
     GpuWaiting {
         signal: WaitingSignal::Gpm,
-        certainty: "high",
+        certainty: "high".into(),
         note: format!(
             "GPM SM activity: compute keeps {:.0}% of SMs active per busy time, a waiting \
              collective {:.0}%",
@@ -463,7 +464,7 @@ fn by_peers(g: &GpuTimeline, out: &Spans, ranked: &[&GpuTimeline]) -> GpuWaiting
     }
     GpuWaiting {
         signal: WaitingSignal::Peers,
-        certainty: "medium",
+        certainty: "medium".into(),
         note: format!(
             "no GPM: busy time beyond the least busy of {} ranks' GPUs while a collective was \
              outstanding",

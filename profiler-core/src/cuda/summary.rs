@@ -1,19 +1,20 @@
 //! Per-process totals of what the CUDA/NCCL probes saw, for the reports.
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::{CudaView, LaunchStats, ProbedLibrary, RankInfo, WaitKind};
 
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct CudaSummary<'a> {
-    pub libraries: &'a [ProbedLibrary],
+    pub libraries: Cow<'a, [ProbedLibrary]>,
     pub processes: Vec<ProcessCuda>,
     /// How long launches were counted: launch rates are counts over this.
     pub launch_probed_ns: u64,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct ProcessCuda {
     pub pid: u32,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -21,18 +22,18 @@ pub struct ProcessCuda {
     /// Time inside CUDA calls by what was waited for, ns: `copy_calls` (staging or
     /// synchronous copies), and syncs `after_copy` (a copy queued, kernels maybe behind it),
     /// `on_collective`, `on_kernels`.
-    pub wait_ns: BTreeMap<&'static str, u64>,
+    pub wait_ns: BTreeMap<Cow<'static, str>, u64>,
     pub calls: Vec<ApiTotal>,
     pub pinned_copy_bytes: u64,
     pub pageable_copy_bytes: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub launches: Option<LaunchStats>,
     /// Launches counted per entry point (which ones a job reaches).
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub launches_by_api: BTreeMap<String, u64>,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ApiTotal {
     pub api: String,
     pub calls: u64,
@@ -41,11 +42,11 @@ pub struct ApiTotal {
     pub errors: u64,
     /// Where the calls came from, most time first (the three largest): the Python line
     /// when the caller runs CPython, else the native function.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub callers: Vec<CallerTotal>,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CallerTotal {
     pub caller: String,
     pub calls: u64,
@@ -99,7 +100,7 @@ pub fn summarize(v: &CudaView) -> CudaSummary<'_> {
             .entry(w.pid)
             .or_default()
             .wait_ns
-            .entry(what)
+            .entry(what.into())
             .or_default();
         *ns = ns.saturating_add(w.end_ns - w.start_ns);
     }
@@ -136,7 +137,7 @@ pub fn summarize(v: &CudaView) -> CudaSummary<'_> {
         })
         .collect();
     CudaSummary {
-        libraries: &v.libraries,
+        libraries: Cow::Borrowed(&v.libraries),
         processes,
         launch_probed_ns: v.launch_probed_ns,
     }

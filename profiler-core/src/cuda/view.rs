@@ -3,7 +3,7 @@
 //! (built by [`super::build`]).
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::Library;
 use crate::recording::record::CudaCall;
@@ -43,7 +43,7 @@ pub struct HostWait {
 }
 
 /// A probed library file.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProbedLibrary {
     pub pid: u32,
     pub path: String,
@@ -55,7 +55,7 @@ pub struct ProbedLibrary {
 }
 
 /// A process's NCCL communicator membership, from `ncclCommInitRank`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RankInfo {
     pub rank: u32,
     pub nranks: u32,
@@ -84,7 +84,7 @@ pub struct CollectiveSpan {
     pub done_ns: Option<u64>,
 }
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct LaunchStats {
     /// Launches counted while the launch count was on, once each (the busier of the
     /// runtime's and the driver's layer: see `launches_once`).

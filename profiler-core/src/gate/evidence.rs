@@ -7,10 +7,9 @@
 use std::collections::BTreeMap;
 
 use serde::Serialize;
-use serde_json::Value;
 
 use super::input::Run;
-use crate::attribution::{Cause, Metric};
+use crate::attribution::{Cause, Evidence, Metric, ThreadEvidence};
 
 /// How many of each kind are kept.
 const TOP: usize = 5;
@@ -35,14 +34,13 @@ pub struct CauseChange {
     pub files: Vec<Moved>,
 }
 
-fn thread_metric(cause: &str, t: &Value) -> u64 {
-    let ns = |k: &str| t[k].as_u64().unwrap_or(0);
+fn thread_metric(cause: &str, t: &ThreadEvidence) -> u64 {
     match Cause::from_name(cause).map(|c| c.spec().metric) {
-        Some(Metric::OnCpu) => ns("on_cpu_ns"),
-        Some(Metric::InCuda) => ns("on_cpu_ns").saturating_add(ns("runqueue_ns")),
-        Some(Metric::IoWait) => ns("io_wait_ns"),
-        Some(Metric::Runqueue) => ns("runqueue_ns"),
-        Some(Metric::Blocked) | None => ns("blocked_ns"),
+        Some(Metric::OnCpu) => t.on_cpu_ns,
+        Some(Metric::InCuda) => t.on_cpu_ns.saturating_add(t.runqueue_ns),
+        Some(Metric::IoWait) => t.io_wait_ns,
+        Some(Metric::Runqueue) => t.runqueue_ns,
+        Some(Metric::Blocked) | None => t.blocked_ns,
     }
 }
 
@@ -51,7 +49,7 @@ fn per_key(
     runs: &[Run],
     gpu: usize,
     cause: &str,
-    items: impl Fn(&Value) -> Vec<(String, f64)>,
+    items: impl Fn(&Evidence) -> Vec<(String, f64)>,
     per_second: bool,
 ) -> BTreeMap<String, f64> {
     let mut out: BTreeMap<String, f64> = BTreeMap::new();
@@ -101,18 +99,11 @@ fn moved(
     out
 }
 
-fn stacks(ev: &Value) -> Vec<(String, f64)> {
-    let list = ev["stacks"].as_array().cloned().unwrap_or_default();
-    let total: f64 = list.iter().filter_map(|s| s["weight"].as_f64()).sum();
-    list.iter()
-        .filter_map(|s| {
-            let frames: Vec<&str> = s["frames"]
-                .as_array()?
-                .iter()
-                .filter_map(Value::as_str)
-                .collect();
-            Some((frames.join(";"), s["weight"].as_f64()? / total.max(1.0)))
-        })
+fn stacks(ev: &Evidence) -> Vec<(String, f64)> {
+    let total: f64 = ev.stacks.iter().map(|s| s.weight as f64).sum();
+    ev.stacks
+        .iter()
+        .map(|s| (s.frames.join(";"), s.weight as f64 / total.max(1.0)))
         .collect()
 }
 
@@ -121,34 +112,26 @@ pub fn changes(base: &[Run], new: &[Run], regressed: &[(usize, String)]) -> Vec<
     regressed
         .iter()
         .map(|(gpu, cause)| {
-            let threads = |ev: &Value| -> Vec<(String, f64)> {
-                ev["threads"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
+            let threads = |ev: &Evidence| -> Vec<(String, f64)> {
+                ev.threads
+                    .iter()
                     .map(|t| {
-                        let name = format!(
-                            "{} {}",
-                            t["role"].as_str().unwrap_or("?"),
-                            t["comm"].as_str().unwrap_or("?")
-                        );
+                        let name = format!("{} {}", t.role, t.comm);
                         (name, thread_metric(cause, t) as f64 / 1e9)
                     })
                     .collect()
             };
-            let calls = |ev: &Value| -> Vec<(String, f64)> {
-                ev["cuda"]["calls"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
+            let calls = |ev: &Evidence| -> Vec<(String, f64)> {
+                ev.cuda
+                    .iter()
+                    .flat_map(|c| c.calls.iter())
                     .map(|c| {
-                        let caller = c["caller"].as_str().unwrap_or("");
-                        let name = if caller.is_empty() {
-                            c["api"].as_str().unwrap_or("?").to_owned()
+                        let name = if c.caller.is_empty() {
+                            c.api.clone()
                         } else {
-                            format!("{} from {caller}", c["api"].as_str().unwrap_or("?"))
+                            format!("{} from {}", c.api, c.caller)
                         };
-                        (name, c["total_ns"].as_f64().unwrap_or(0.0) / 1e9)
+                        (name, c.total_ns as f64 / 1e9)
                     })
                     .collect()
             };
@@ -197,13 +180,24 @@ mod tests {
     use super::*;
 
     fn run(worker_on_cpu_s: f64, stack_weights: &[(&str, u64)]) -> Run {
-        let ev = serde_json::json!({
-            "threads": [{"role": "worker", "comm": "pt_data_worker", "tid": 7,
-                         "on_cpu_ns": (worker_on_cpu_s * 1e9) as u64}],
-            "stacks": stack_weights.iter().map(|(f, w)| serde_json::json!({
-                "weight": w, "unit": "samples", "frames": f.split(';').collect::<Vec<_>>()
-            })).collect::<Vec<_>>(),
-        });
+        let ev = Evidence {
+            threads: vec![ThreadEvidence {
+                role: "worker".into(),
+                comm: "pt_data_worker".into(),
+                tid: 7,
+                on_cpu_ns: (worker_on_cpu_s * 1e9) as u64,
+                ..ThreadEvidence::default()
+            }],
+            stacks: stack_weights
+                .iter()
+                .map(|(f, w)| crate::attribution::StackEvidence {
+                    weight: *w,
+                    unit: "samples".into(),
+                    frames: f.split(';').map(str::to_owned).collect(),
+                })
+                .collect(),
+            ..Evidence::default()
+        };
         Run {
             gpus: vec![GpuRun {
                 observed_ns: 10_000_000_000,

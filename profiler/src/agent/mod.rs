@@ -22,7 +22,7 @@ use std::{
 };
 
 use profiler_core::exposition::{self, Exposition};
-use profiler_core::report::json::SegmentDoc;
+use profiler_core::report::json::{ReportDoc, SegmentDoc};
 
 use crate::{capture::gpu, cli::AgentArgs, privileges};
 
@@ -187,7 +187,7 @@ impl Totals {
 
     /// A segment's report: each GPU's seconds by state and cause, and its lost events.
     /// Returns the seconds it recorded.
-    fn add_report(&mut self, report: &serde_json::Value) -> f64 {
+    fn add_report(&mut self, report: &ReportDoc) -> f64 {
         let secs = exposition::add_report(&mut self.counters, report);
         self.count("stallscope_agent_segments", 1.0);
         secs
@@ -253,8 +253,8 @@ fn segments(args: &AgentArgs, totals: &Mutex<Totals>, scratch: &std::path::Path,
             let mut t = lock();
             let recorded = t.add_report(report);
             t.count("stallscope_agent_recorded_seconds", recorded);
-            let start = report["start_ns"].as_u64().unwrap_or(0);
-            let end = start + report["duration_ns"].as_u64().unwrap_or(0);
+            let start = report.start_ns;
+            let end = start.saturating_add(report.duration_ns);
             let gap = coverage.recorded(start, end);
             t.count("stallscope_agent_uncovered_seconds", gap as f64 / 1e9);
             if let Some(graphs) = graphs {
@@ -284,7 +284,7 @@ fn recorder(
     pids: &[u32],
     dir: &std::path::Path,
     stop: &Stop,
-    segment: &mut dyn FnMut(&serde_json::Value, Option<PathBuf>),
+    segment: &mut dyn FnMut(&ReportDoc, Option<PathBuf>),
 ) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir)?;
     let mut cmd = Command::new(std::env::current_exe()?);
@@ -345,9 +345,17 @@ fn recorder(
     let mut ending = false;
     if let Some(out) = child.stdout.take() {
         let docs = serde_json::Deserializer::from_reader(std::io::BufReader::new(out))
-            .into_iter::<SegmentDoc<serde_json::Value>>();
+            .into_iter::<SegmentDoc<ReportDoc>>();
         for doc in docs {
-            let Ok(doc) = doc else { break };
+            let doc = match doc {
+                Ok(doc) => doc,
+                Err(e) => {
+                    eprintln!(
+                        "stallscope agent: the recorder (PID {pid}) wrote a report that does not read: {e}"
+                    );
+                    break;
+                }
+            };
             reports += 1;
             let _ = std::fs::remove_file(&doc.recording);
             let graphs = (!args.flamegraphs.is_zero())
@@ -389,14 +397,10 @@ fn recorder(
 }
 
 /// Whether a segment's report traced every process of `targets`.
-fn covers(report: &serde_json::Value, targets: &[u32]) -> bool {
-    let traced: std::collections::BTreeSet<u64> = report["processes"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|p| p["pid"].as_u64())
-        .collect();
-    targets.iter().all(|p| traced.contains(&u64::from(*p)))
+fn covers(report: &ReportDoc, targets: &[u32]) -> bool {
+    targets
+        .iter()
+        .all(|t| report.processes.iter().any(|p| p.pid == *t))
 }
 
 /// Moves segment `n`'s folded stacks into a directory of their own (its SVGs are not served:
@@ -435,7 +439,10 @@ mod tests {
 
     #[test]
     fn a_report_covers_the_processes_it_traced() {
-        let r = serde_json::json!({"processes": [{"pid": 7}, {"pid": 9}]});
+        let r: ReportDoc = serde_json::from_value(
+            serde_json::json!({"version": 1, "processes": [{"pid": 7}, {"pid": 9}]}),
+        )
+        .unwrap();
         assert!(covers(&r, &[7, 9]));
         assert!(covers(&r, &[9]));
         assert!(!covers(&r, &[7, 11]));

@@ -1,39 +1,41 @@
 //! The GPU part of the JSON report: per GPU, idle time by cause and each cause's evidence;
 //! the stalls; the verdict.
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::analysis::model::{Analysis, GpuTimeline};
 use crate::attribution::{Attribution, CauseEvidence, GpuWaiting, SecondLabel, Stall, Verdict};
 
-#[derive(Debug, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct JsonGpu<'a> {
     pub index: u32,
-    pub name: &'a str,
-    pub uuid: &'a str,
+    pub name: Cow<'a, str>,
+    pub uuid: Cow<'a, str>,
     pub observed_ns: u64,
     /// Busy as NVML counts it: a kernel resident, waiting included.
     pub busy_ns: u64,
     /// Busy time in which the GPU only waited in collectives.
     pub waiting_ns: u64,
     pub idle_ns: u64,
-    pub idle_by_cause: BTreeMap<&'static str, u64>,
+    pub idle_by_cause: BTreeMap<Cow<'static, str>, u64>,
     /// Idle plus waiting time by cause: what the verdict ranks.
-    pub lost_by_cause: BTreeMap<&'static str, u64>,
+    pub lost_by_cause: BTreeMap<Cow<'static, str>, u64>,
     /// Which signal told waiting from work, and how certain it is.
-    pub waiting: Option<&'a GpuWaiting>,
+    pub waiting: Option<Cow<'a, GpuWaiting>>,
     /// Each cause that took idle time, with its evidence summed over all its windows.
-    pub causes: &'a [CauseEvidence],
+    pub causes: Cow<'a, [CauseEvidence]>,
     pub samples: usize,
     pub pcie_max_gen: u32,
     pub pcie_max_width: u32,
     /// Traced processes NVML listed on this GPU.
-    pub target_pids: &'a [u32],
+    pub target_pids: Cow<'a, [u32]>,
     /// Mean GPM SM activity over the recording, where the GPU has GPM (Hopper and newer).
     pub sm_active_pct: Option<f64>,
     /// The dominant cause of each second of the recording.
-    pub seconds: &'a [SecondLabel],
+    pub seconds: Cow<'a, [SecondLabel]>,
 }
 
 pub fn json_gpus<'a>(a: &'a Analysis, attribution: Option<&'a Attribution>) -> Vec<JsonGpu<'a>> {
@@ -46,9 +48,9 @@ pub fn json_gpus<'a>(a: &'a Analysis, attribution: Option<&'a Attribution>) -> V
             let info = a.gpus.get(&g.gpu).map(|t| &t.info);
             JsonGpu {
                 index: g.gpu,
-                name: info.map_or("", |i| i.name.as_str()),
-                uuid: info.map_or("", |i| i.uuid.as_str()),
-                target_pids: info.map_or(&[], |i| i.target_pids.as_slice()),
+                name: Cow::Borrowed(info.map_or("", |i| i.name.as_str())),
+                uuid: Cow::Borrowed(info.map_or("", |i| i.uuid.as_str())),
+                target_pids: Cow::Borrowed(info.map_or(&[], |i| i.target_pids.as_slice())),
                 observed_ns: g.observed_ns,
                 busy_ns: g.busy_ns,
                 waiting_ns: g.waiting_ns,
@@ -56,30 +58,31 @@ pub fn json_gpus<'a>(a: &'a Analysis, attribution: Option<&'a Attribution>) -> V
                 lost_by_cause: g
                     .lost_by_cause
                     .iter()
-                    .map(|(c, ns)| (c.name(), *ns))
+                    .map(|(c, ns)| (Cow::Borrowed(c.name()), *ns))
                     .collect(),
-                waiting: g.waiting.as_ref(),
+                waiting: g.waiting.as_ref().map(Cow::Borrowed),
                 idle_by_cause: g
                     .idle_by_cause
                     .iter()
-                    .map(|(c, ns)| (c.name(), *ns))
+                    .map(|(c, ns)| (Cow::Borrowed(c.name()), *ns))
                     .collect(),
-                causes: &g.causes,
+                causes: Cow::Borrowed(&g.causes),
                 samples: a.gpus.get(&g.gpu).map_or(0, |t| t.samples.len()),
                 pcie_max_gen: info.map_or(0, |i| i.pcie_max_gen),
                 pcie_max_width: info.map_or(0, |i| i.pcie_max_width),
                 sm_active_pct: a.gpus.get(&g.gpu).and_then(GpuTimeline::mean_sm_active),
-                seconds: &g.seconds,
+                seconds: Cow::Borrowed(&g.seconds),
             }
         })
         .collect()
 }
 
 /// Every GPU's stalls, longest first.
-pub fn json_stalls(attribution: Option<&Attribution>) -> Vec<&Stall> {
-    let mut stalls: Vec<&Stall> = attribution
+pub fn json_stalls(attribution: Option<&Attribution>) -> Vec<Cow<'_, Stall>> {
+    let mut stalls: Vec<Cow<'_, Stall>> = attribution
         .iter()
         .flat_map(|attr| attr.gpus.iter().flat_map(|g| g.stalls.iter()))
+        .map(Cow::Borrowed)
         .collect();
     stalls.sort_by(|x, y| {
         (y.idle_ns.saturating_add(y.waiting_ns))
@@ -89,6 +92,6 @@ pub fn json_stalls(attribution: Option<&Attribution>) -> Vec<&Stall> {
     stalls
 }
 
-pub fn json_verdict(attribution: Option<&Attribution>) -> Option<&Verdict> {
-    attribution.map(|attr| &attr.verdict)
+pub fn json_verdict(attribution: Option<&Attribution>) -> Option<Cow<'_, Verdict>> {
+    attribution.map(|attr| Cow::Borrowed(&attr.verdict))
 }

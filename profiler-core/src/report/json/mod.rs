@@ -2,10 +2,11 @@
 //!
 //! Field names are a contract with scripts and tests: add fields freely, rename none. Lists are
 //! sorted (threads by pid then tid) so output is byte-for-byte deterministic.
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::io::{self, Write};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::model::{JobReport, Render, Report};
 use crate::analysis::model::EventCounts;
@@ -16,6 +17,9 @@ use crate::recording::record::EndReason;
 pub const JSON_VERSION: u32 = 1;
 
 pub mod gpu;
+pub mod read;
+
+pub use read::{ReadError, ReportDoc, read_report};
 
 /// The JSON format.
 pub struct Json;
@@ -72,13 +76,14 @@ pub fn write_segment<W: Write>(
 }
 
 /// Several recordings of one job.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct JsonJob<'a> {
     pub version: u32,
     pub recordings: Vec<JsonRecording<'a>>,
     /// The ranks across every recording, and the straggler.
-    pub ranks: &'a RankView,
-    pub clock_note: &'a str,
+    pub ranks: Cow<'a, RankView>,
+    pub clock_note: Cow<'a, str>,
 }
 
 impl<'a> JsonJob<'a> {
@@ -89,25 +94,28 @@ impl<'a> JsonJob<'a> {
                 .recordings
                 .iter()
                 .map(|(file, report)| JsonRecording {
-                    file,
+                    file: Cow::Borrowed(file),
                     report: JsonReport::new(report),
                 })
                 .collect(),
-            ranks: &job.ranks,
-            clock_note: &job.clock_note,
+            ranks: Cow::Borrowed(&job.ranks),
+            clock_note: Cow::Borrowed(&job.clock_note),
         }
     }
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Default, Serialize, Deserialize)]
 pub struct JsonRecording<'a> {
-    pub file: &'a str,
+    pub file: Cow<'a, str>,
     #[serde(flatten)]
     pub report: JsonReport<'a>,
 }
 
-/// The whole document; build with [`JsonReport::new`] and serialize with any serde backend.
-#[derive(Debug, Serialize)]
+/// The whole document; build with [`JsonReport::new`] and serialize with any serde backend,
+/// or read one back with [`read_report`] (a [`ReportDoc`]). A field a report of this version
+/// lacks (written before the field was added) reads as its default.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct JsonReport<'a> {
     pub version: u32,
     pub target: JsonTarget<'a>,
@@ -115,15 +123,15 @@ pub struct JsonReport<'a> {
     pub start_ns: u64,
     pub start_unix_ns: Option<u64>,
     pub ended: bool,
-    pub end_reason: Option<&'static str>,
-    pub hostname: Option<&'a str>,
-    pub kernel: Option<&'a str>,
+    pub end_reason: Option<Cow<'a, str>>,
+    pub hostname: Option<Cow<'a, str>>,
+    pub kernel: Option<Cow<'a, str>>,
     pub sample_hz: Option<u64>,
     pub tick_ns: Option<u64>,
-    pub stallscope_version: Option<&'a str>,
+    pub stallscope_version: Option<Cow<'a, str>>,
     pub lost_events: u64,
     pub attempted_events: u64,
-    pub events: &'a BTreeMap<String, EventCounts>,
+    pub events: Cow<'a, BTreeMap<String, EventCounts>>,
     pub threads: Vec<JsonThread<'a>>,
     pub processes: Vec<JsonProcess<'a>>,
     pub page_cache_files: Vec<JsonFile>,
@@ -133,37 +141,39 @@ pub struct JsonReport<'a> {
     pub records: u64,
     /// How the stack samples were unwound (absent from recordings made before it was).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub unwinding: Option<&'a crate::recording::record::UnwindStats>,
+    pub unwinding: Option<Cow<'a, crate::recording::record::UnwindStats>>,
     /// How the Python frames were read (absent when the recording says nothing of them).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub python: Option<&'a crate::recording::record::PythonStats>,
+    pub python: Option<Cow<'a, crate::recording::record::PythonStats>>,
     pub gpus: Vec<gpu::JsonGpu<'a>>,
     /// PID -> the CUDA driver library it mapped, from /proc/PID/maps.
-    pub cuda_processes: &'a BTreeMap<u32, String>,
+    pub cuda_processes: Cow<'a, BTreeMap<u32, String>>,
     /// What the CUDA and NCCL uprobes saw, per process.
-    pub cuda: &'a crate::cuda::CudaSummary<'a>,
+    pub cuda: Cow<'a, crate::cuda::CudaSummary<'a>>,
     /// NCCL ranks in the recording and the straggler, if any.
-    pub ranks: &'a RankView,
+    pub ranks: Cow<'a, RankView>,
     /// Start and end are CLOCK_MONOTONIC ns, like `start_ns`.
-    pub stalls: Vec<&'a crate::attribution::Stall>,
-    pub verdict: Option<&'a crate::attribution::Verdict>,
+    pub stalls: Vec<Cow<'a, crate::attribution::Stall>>,
+    pub verdict: Option<Cow<'a, crate::attribution::Verdict>>,
     /// Causes the recording lacks a signal to judge, with why: not ruled out, not checked.
-    pub unchecked_causes: &'a [crate::attribution::signals::Unchecked],
+    pub unchecked_causes: Cow<'a, [crate::attribution::signals::Unchecked]>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct JsonTarget<'a> {
     /// The first target PID.
     pub pid: Option<u32>,
-    pub pids: &'a [u32],
-    pub command: &'a [String],
+    pub pids: Cow<'a, [u32]>,
+    pub command: Cow<'a, [String]>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct JsonThread<'a> {
     pub tid: u32,
     pub pid: u32,
-    pub comm: &'a str,
+    pub comm: Cow<'a, str>,
     pub on_cpu_ns: u64,
     pub runqueue_ns: u64,
     pub io_wait_ns: u64,
@@ -179,7 +189,8 @@ pub struct JsonThread<'a> {
     pub block_io: JsonBlockIo,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct JsonBlockIo {
     pub count: u64,
     pub p50_ns: Option<u64>,
@@ -187,16 +198,18 @@ pub struct JsonBlockIo {
     pub max_ns: Option<u64>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct JsonProcess<'a> {
     pub pid: u32,
     pub ppid: Option<u32>,
-    pub comm: &'a str,
-    pub cmdline: &'a str,
-    pub threads: &'a [u32],
+    pub comm: Cow<'a, str>,
+    pub cmdline: Cow<'a, str>,
+    pub threads: Cow<'a, [u32]>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct JsonFile {
     pub path: Option<String>,
     /// The path, or `dev MAJ:MIN ino N`.
@@ -207,13 +220,15 @@ pub struct JsonFile {
     pub bytes: u64,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct JsonUnavailable<'a> {
-    pub signal: &'a str,
-    pub reason: &'a str,
+    pub signal: Cow<'a, str>,
+    pub reason: Cow<'a, str>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct JsonTruncation {
     pub offset: u64,
     pub records_loaded: u64,
@@ -229,7 +244,7 @@ impl<'a> JsonReport<'a> {
             .map(|t| JsonThread {
                 tid: t.tid,
                 pid: t.pid,
-                comm: &t.comm,
+                comm: Cow::Borrowed(&t.comm),
                 on_cpu_ns: t.counters.on_cpu_ns,
                 runqueue_ns: t.counters.runqueue_ns,
                 io_wait_ns: t.counters.io_wait_ns,
@@ -255,9 +270,9 @@ impl<'a> JsonReport<'a> {
             .map(|p| JsonProcess {
                 pid: p.pid,
                 ppid: p.ppid,
-                comm: &p.comm,
-                cmdline: &p.cmdline,
-                threads: &p.threads,
+                comm: Cow::Borrowed(&p.comm),
+                cmdline: Cow::Borrowed(&p.cmdline),
+                threads: Cow::Borrowed(&p.threads),
             })
             .collect();
         let page_cache_files = a
@@ -276,24 +291,24 @@ impl<'a> JsonReport<'a> {
             version: JSON_VERSION,
             target: JsonTarget {
                 pid: a.target_pids().first().copied(),
-                pids: a.target_pids(),
-                command: meta.map_or(&[], |m| &m.command),
+                pids: Cow::Borrowed(a.target_pids()),
+                command: Cow::Borrowed(meta.map_or(&[], |m| &m.command)),
             },
             duration_ns: a.duration_ns,
             start_ns: a.start_ns,
             start_unix_ns: meta.map(|m| m.start_unix_ns),
             ended: a.ended,
-            end_reason: a.end_reason.map(EndReason::name),
-            hostname: meta.map(|m| m.hostname.as_str()),
-            kernel: meta.map(|m| m.kernel.as_str()),
+            end_reason: a.end_reason.map(|r| Cow::Borrowed(EndReason::name(r))),
+            hostname: meta.map(|m| Cow::Borrowed(m.hostname.as_str())),
+            kernel: meta.map(|m| Cow::Borrowed(m.kernel.as_str())),
             sample_hz: meta.map(|m| m.sample_hz),
             tick_ns: meta.map(|m| m.tick_ns),
-            stallscope_version: meta.map(|m| m.stallscope_version.as_str()),
+            stallscope_version: meta.map(|m| Cow::Borrowed(m.stallscope_version.as_str())),
             lost_events: a.lost_events,
             attempted_events: a.attempted_events,
-            unwinding: a.unwinding.as_ref(),
-            python: a.python.as_ref(),
-            events: &a.events,
+            unwinding: a.unwinding.as_ref().map(Cow::Borrowed),
+            python: a.python.as_ref().map(Cow::Borrowed),
+            events: Cow::Borrowed(&a.events),
             threads,
             processes,
             page_cache_files,
@@ -301,8 +316,8 @@ impl<'a> JsonReport<'a> {
                 .unavailable
                 .iter()
                 .map(|u| JsonUnavailable {
-                    signal: &u.signal,
-                    reason: &u.reason,
+                    signal: Cow::Borrowed(&u.signal),
+                    reason: Cow::Borrowed(&u.reason),
                 })
                 .collect(),
             truncated: load.truncated.map(|t| JsonTruncation {
@@ -312,12 +327,12 @@ impl<'a> JsonReport<'a> {
             unknown_records: load.unknown_records,
             records: load.records,
             gpus: gpu::json_gpus(a, report.attribution),
-            cuda_processes: &a.cuda_processes,
-            cuda: &report.cuda,
-            ranks: &report.ranks,
+            cuda_processes: Cow::Borrowed(&a.cuda_processes),
+            cuda: Cow::Borrowed(&report.cuda),
+            ranks: Cow::Borrowed(&report.ranks),
             stalls: gpu::json_stalls(report.attribution),
             verdict: gpu::json_verdict(report.attribution),
-            unchecked_causes: report.attribution.map_or(&[], |a| &a.unchecked),
+            unchecked_causes: Cow::Borrowed(report.attribution.map_or(&[], |a| &a.unchecked)),
         }
     }
 }

@@ -68,7 +68,7 @@ fn write_cuda<W: Write>(summary: &CudaSummary<'_>, w: &mut W) -> io::Result<()> 
     }
     writeln!(w)?;
     writeln!(w, "CUDA/NCCL probes:")?;
-    for l in summary.libraries {
+    for l in summary.libraries.iter() {
         writeln!(
             w,
             "  {} {} (PID {}): {} functions probed{}",
