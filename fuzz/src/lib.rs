@@ -21,8 +21,7 @@ use profiler_core::recording::record::Record;
 use profiler_core::report::flamegraph::{
     self as folded, cause_lines, off_cpu_folded, on_cpu_folded,
 };
-use profiler_core::report::{json as report_json, text as report_text};
-use profiler_core::{FormatError, RecordReader, Truncation};
+use profiler_core::{Format, FormatError, Inputs, RecordReader, Subject, Truncation};
 
 /// Everything one reading of a recording gave.
 #[derive(Debug, PartialEq)]
@@ -315,10 +314,15 @@ pub fn report_chain(data: &[u8]) -> Result<Rendered, ReportError> {
         rendered.svg_bytes = svg.0;
     }
     let report = analyzed.report();
-    report_text::write_text(&report, io::sink())
-        .map_err(|e| ReportError::Render(format!("text report: {e}")))?;
-    report_json::write_json(&report, io::sink())
-        .map_err(|e| ReportError::Render(format!("JSON report: {e}")))?;
+    // Every format that renders from the report alone (the timeline's need kept events).
+    for format in Format::ALL.into_iter().filter(|f| !f.draws_timeline()) {
+        let renderer = format
+            .renderer()
+            .ok_or_else(|| ReportError::Render(format!("no {format} renderer")))?;
+        renderer
+            .render(&Inputs::report(Subject::One(&report)), &mut io::sink())
+            .map_err(|e| ReportError::Render(format!("{format} report: {e}")))?;
+    }
     Ok(rendered)
 }
 

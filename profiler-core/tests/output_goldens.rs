@@ -10,18 +10,18 @@ use std::collections::BTreeMap;
 
 use common::assert_golden;
 use perfetto_protos::trace::Trace;
-use profiler_core::Render as _;
 use profiler_core::doctor::{Check, Diagnosis};
 use profiler_core::exposition::{Exposition, add_report};
 use profiler_core::gate::{
     check::{Budget, check},
     diff::{Thresholds, diff},
     input::Run,
-    render::{GateFormat, write_check, write_diff},
+    render::{write_check, write_diff},
 };
 use profiler_core::pipeline::{self, Analyzed, Keep, Loaded};
 use profiler_core::report::json::{JsonReport, ReportDoc, SegmentDoc, read_report};
-use profiler_core::report::{html, json::Json, json::to_json_value, perfetto, text::Text};
+use profiler_core::report::{html, json::to_json_value, perfetto};
+use profiler_core::{Format, Inputs, Subject};
 use protobuf::Message as _;
 use serde_json::{Value, json};
 
@@ -51,12 +51,35 @@ fn a_job_of_two_recordings_in_text_and_json() {
         Keep::default(),
     );
     let report = pipeline::job_report(&job);
-    let mut text = Vec::new();
-    Text.render_job(&report, &mut text).unwrap();
-    assert_golden("job/two-recordings.txt", &String::from_utf8(text).unwrap());
-    let mut json = Vec::new();
-    Json.render_job(&report, &mut json).unwrap();
-    assert_golden("job/two-recordings.json", &String::from_utf8(json).unwrap());
+    for (format, file) in [
+        (Format::Text, "job/two-recordings.txt"),
+        (Format::Json, "job/two-recordings.json"),
+        (Format::Markdown, "job/two-recordings.md"),
+    ] {
+        assert_golden(file, &rendered_report(format, Subject::Job(&report)));
+    }
+}
+
+fn rendered_report(format: Format, subject: Subject<'_, '_>) -> String {
+    let mut out = Vec::new();
+    format
+        .renderer()
+        .unwrap()
+        .render(&Inputs::report(subject), &mut out)
+        .unwrap();
+    String::from_utf8(out).unwrap()
+}
+
+/// One recording's report in Markdown: a straggler's job, with stalls and ranks.
+#[test]
+fn a_report_in_markdown() {
+    for scenario in ["nccl-straggler-ddp", "pageable-copy"] {
+        let a = analyzed(scenario, Keep::default());
+        assert_golden(
+            &format!("markdown/{scenario}.md"),
+            &rendered_report(Format::Markdown, Subject::One(&a.report())),
+        );
+    }
 }
 
 /// A long array as its length with its first and last items: the page's lanes hold thousands
@@ -98,7 +121,7 @@ fn the_html_pages_data() {
     }];
     let mut page = Vec::new();
     html::write_page(
-        html::Page::One(&report),
+        Subject::One(&report),
         std::slice::from_ref(&lanes),
         &graphs,
         &mut page,
@@ -198,19 +221,20 @@ fn run(scenario: &str) -> Run {
     Run::from_report(&a.report(), &format!("v1-{scenario}.rec"))
 }
 
-fn rendered(write: impl Fn(GateFormat, &mut Vec<u8>)) -> [(GateFormat, String); 3] {
-    GateFormat::ALL.map(|f| {
+fn rendered(write: impl Fn(Format, &mut Vec<u8>)) -> [(Format, String); 3] {
+    Format::GATE.map(|f| {
         let mut out = Vec::new();
         write(f, &mut out);
         (f, String::from_utf8(out).unwrap())
     })
 }
 
-fn extension(f: GateFormat) -> &'static str {
+fn extension(f: Format) -> &'static str {
     match f {
-        GateFormat::Text => "txt",
-        GateFormat::Markdown => "md",
-        GateFormat::Json => "json",
+        Format::Text => "txt",
+        Format::Markdown => "md",
+        Format::Json => "json",
+        other => unreachable!("{other} is no gate format"),
     }
 }
 

@@ -2,7 +2,7 @@
 use std::{path::PathBuf, time::Duration};
 
 use clap::{Args, Parser, Subcommand};
-use profiler_core::{Format, gate::render::GateFormat};
+use profiler_core::Format;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -77,8 +77,8 @@ pub struct DoctorArgs {
     /// GPU memory trend.
     #[arg(short, long)]
     pub pid: Option<u32>,
-    #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = one_of::<DoctorFormat, 2>(["text", "json"]))]
-    pub format: DoctorFormat,
+    #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = one_of(Format::names(Format::DOCTOR)))]
+    pub format: Format,
     /// NVML library to load (default: $STALLSCOPE_NVML_LIB, else libnvidia-ml.so.1).
     #[arg(long, value_name = "PATH")]
     pub nvml_lib: Option<PathBuf>,
@@ -97,24 +97,6 @@ pub struct DoctorArgs {
         hide = true
     )]
     pub driver_version_file: PathBuf,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DoctorFormat {
-    Text,
-    Json,
-}
-
-impl std::str::FromStr for DoctorFormat {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "text" => Ok(DoctorFormat::Text),
-            "json" => Ok(DoctorFormat::Json),
-            other => Err(format!("unknown format {other}")),
-        }
-    }
 }
 
 /// Which kernel log lines doctor reads.
@@ -159,8 +141,8 @@ pub struct DiffArgs {
     /// any=PP (default any=3). Repeatable.
     #[arg(long = "threshold", value_name = "NAME=PP")]
     pub thresholds: Vec<String>,
-    #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = one_of::<GateFormat, 3>(GateFormat::ALL.map(GateFormat::name)))]
-    pub format: GateFormat,
+    #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = one_of(Format::names(Format::GATE)))]
+    pub format: Format,
     /// Where to write a differential flame graph per regressed cause, where both sides'
     /// first runs are recordings (default: beside NEW).
     #[arg(long, value_name = "DIR")]
@@ -178,23 +160,25 @@ pub struct CheckArgs {
     /// `busy = "80%"` (at least), `lost_events = 0` (at most).
     #[arg(long, value_name = "FILE")]
     pub budget: PathBuf,
-    #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = one_of::<GateFormat, 3>(GateFormat::ALL.map(GateFormat::name)))]
-    pub format: GateFormat,
+    #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = one_of(Format::names(Format::GATE)))]
+    pub format: Format,
 }
 
 #[derive(Debug, Clone, Args)]
 pub struct OutputArgs {
-    /// What to write: `text` or `json` on stdout; `perfetto` (a .pftrace for ui.perfetto.dev)
-    /// and `html` (one self-contained page) as files beside the recording. Several may be
-    /// given, comma-separated or repeated (e.g. `--format text,html,perfetto`).
+    /// What to write: `text`, `json` or `markdown` on stdout; `perfetto` (a .pftrace for
+    /// ui.perfetto.dev) and `html` (one self-contained page) as files beside the recording.
+    /// Several may be given, comma-separated or repeated (e.g. `--format text,html,perfetto`);
+    /// of the stdout formats, json wins over markdown, and markdown over text.
     #[arg(
         long,
         value_name = "FORMAT",
         default_value = "text",
         value_delimiter = ',',
         action = clap::ArgAction::Append,
+        value_parser = one_of(Format::names(Format::REPORT)),
     )]
-    pub format: Vec<OutputFormat>,
+    pub format: Vec<Format>,
     /// The same as --format json.
     #[arg(long, conflicts_with = "format")]
     pub json: bool,
@@ -205,15 +189,6 @@ pub struct OutputArgs {
     /// Write no flamegraphs or folded stacks (an HTML report then has none).
     #[arg(long)]
     pub no_flamegraphs: bool,
-}
-
-/// One of `--format`'s values.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum OutputFormat {
-    Text,
-    Json,
-    Perfetto,
-    Html,
 }
 
 #[derive(Debug, Args)]
@@ -316,17 +291,33 @@ pub struct ReportArgs {
 }
 
 impl OutputArgs {
-    /// The report's format on stdout: JSON when asked for, else text.
+    /// The report's format on stdout: JSON when asked for, else Markdown when asked for,
+    /// else text.
     pub fn format(&self) -> Format {
-        if self.json || self.format.contains(&OutputFormat::Json) {
+        if self.json || self.format.contains(&Format::Json) {
             Format::Json
+        } else if self.format.contains(&Format::Markdown) {
+            Format::Markdown
         } else {
             Format::Text
         }
     }
 
-    pub fn wants(&self, f: OutputFormat) -> bool {
+    pub fn wants(&self, f: Format) -> bool {
         self.format.contains(&f)
+    }
+
+    /// The formats written to files, each once.
+    pub fn file_formats(&self) -> Vec<Format> {
+        let mut files: Vec<Format> = self
+            .format
+            .iter()
+            .copied()
+            .filter(|f| matches!(f.destination(), profiler_core::Destination::File { .. }))
+            .collect();
+        files.sort();
+        files.dedup();
+        files
     }
 
     /// Where the flame graphs and timeline files of `recording` go.
@@ -352,15 +343,12 @@ pub enum UnwindMode {
 }
 
 /// A parser for one of a format's `names`, listed in `--help`, into what `FromStr` makes of it.
-fn one_of<T, const N: usize>(
+fn one_of<const N: usize>(
     names: [&'static str; N],
-) -> impl clap::builder::TypedValueParser<Value = T>
-where
-    T: std::str::FromStr + Clone + Send + Sync + 'static,
-{
+) -> impl clap::builder::TypedValueParser<Value = Format> {
     use clap::builder::TypedValueParser as _;
     clap::builder::PossibleValuesParser::new(names).map(|name| {
-        name.parse::<T>()
+        name.parse::<Format>()
             .unwrap_or_else(|_| unreachable!("{name} is one of the possible values"))
     })
 }
@@ -511,8 +499,36 @@ mod tests {
         else {
             panic!("not report")
         };
-        assert!(r.out.wants(OutputFormat::Perfetto) && r.out.wants(OutputFormat::Html));
+        assert!(r.out.wants(Format::Perfetto) && r.out.wants(Format::Html));
         assert_eq!(r.out.format(), Format::Text);
+        assert_eq!(r.out.file_formats(), [Format::Html, Format::Perfetto]);
+        assert_eq!(
+            format(&["report", "a.rec", "--format", "markdown,html"]),
+            Ok(Format::Markdown)
+        );
+    }
+
+    /// One enum drives every `--format`, each command taking its own formats only.
+    #[test]
+    fn each_command_takes_its_own_formats() {
+        let kind = |args: &[&str]| parse(args).map(|_| ()).map_err(|e| e.kind());
+        for f in Format::GATE {
+            assert_eq!(
+                kind(&["diff", "a", "b", "--format", f.name()]),
+                Ok(()),
+                "{f}"
+            );
+        }
+        for f in Format::DOCTOR {
+            assert_eq!(kind(&["doctor", "--format", f.name()]), Ok(()), "{f}");
+        }
+        let invalid = Err(clap::error::ErrorKind::InvalidValue);
+        assert_eq!(kind(&["diff", "a", "b", "--format", "html"]), invalid);
+        assert_eq!(
+            kind(&["check", "a", "--budget", "b", "--format", "perfetto"]),
+            invalid
+        );
+        assert_eq!(kind(&["doctor", "--format", "markdown"]), invalid);
     }
 
     #[test]

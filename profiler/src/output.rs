@@ -10,17 +10,13 @@ use std::{
 
 use anyhow::Context as _;
 use profiler_core::{
-    Analysis, Report,
+    Analysis, Format, Inputs, Report, Subject,
     attribution::waiting::Calibration,
     pipeline::{self, Analyzed, Keep, Loaded},
     report::{flamegraph as folded, json},
 };
 
-use crate::{
-    cli::{OutputArgs, OutputFormat},
-    owner,
-    timeline_files::{self, Subject},
-};
+use crate::{cli::OutputArgs, owner, timeline_files};
 use profiler_core::report::html::Flamegraph;
 
 /// What drawing the flame graphs made: the files, and for an HTML report, each graph again
@@ -113,7 +109,7 @@ pub fn render_many(recordings: &[PathBuf], out: &OutputArgs) -> anyhow::Result<(
     }
     let stdout = std::io::stdout();
     let mut stdout = stdout.lock();
-    out.format().renderer().render_job(&job, &mut stdout)?;
+    stdout_renderer(out)?.render(&Inputs::report(Subject::Job(&job)), &mut stdout)?;
     stdout.flush()?;
     if timeline_files::wanted(out) {
         let lanes: Vec<_> = analyzed
@@ -122,14 +118,12 @@ pub fn render_many(recordings: &[PathBuf], out: &OutputArgs) -> anyhow::Result<(
             .filter_map(|(a, events)| Some(a.lanes(events?)))
             .collect();
         let (dir, stem) = flamegraph_place(&recordings[0], out);
-        timeline_files::write(
-            out,
-            &dir,
-            &format!("{stem}-job"),
-            Subject::Job(&job),
-            &lanes,
-            &svgs,
-        )?;
+        let input = Inputs {
+            subject: Subject::Job(&job),
+            lanes: &lanes,
+            graphs: &svgs,
+        };
+        timeline_files::write(out, &dir, &format!("{stem}-job"), &input)?;
     }
     drawn
 }
@@ -156,21 +150,26 @@ pub fn render_segment(recording: &Path, out: &OutputArgs, number: u32) -> anyhow
     render_one(recording, out, Some(number))
 }
 
+/// The renderer of `out`'s stdout format.
+fn stdout_renderer(out: &OutputArgs) -> anyhow::Result<&'static dyn profiler_core::Render> {
+    let format = out.format();
+    format
+        .renderer()
+        .with_context(|| format!("this stallscope was built without the {format} format"))
+}
+
 fn write_segment(
     report: &Report,
-    format: profiler_core::Format,
+    out: &OutputArgs,
     number: u32,
     recording: &Path,
     w: &mut dyn Write,
 ) -> anyhow::Result<()> {
-    match format {
-        profiler_core::Format::Json => {
-            json::write_segment(report, number, &recording.display().to_string(), w)?;
-        }
-        profiler_core::Format::Text => {
-            writeln!(w, "=== segment {number}: {} ===", recording.display())?;
-            format.renderer().render(report, w)?;
-        }
+    if out.format() == Format::Json {
+        json::write_segment(report, number, &recording.display().to_string(), w)?;
+    } else {
+        writeln!(w, "=== segment {number}: {} ===", recording.display())?;
+        stdout_renderer(out)?.render(&Inputs::report(Subject::One(report)), w)?;
     }
     Ok(())
 }
@@ -184,8 +183,10 @@ fn render_one(recording: &Path, out: &OutputArgs, segment: Option<u32>) -> anyho
     let stdout = std::io::stdout();
     let mut stdout = stdout.lock();
     match segment {
-        None => out.format().renderer().render(&report, &mut stdout)?,
-        Some(n) => write_segment(&report, out.format(), n, recording, &mut stdout)?,
+        None => {
+            stdout_renderer(out)?.render(&Inputs::report(Subject::One(&report)), &mut stdout)?
+        }
+        Some(n) => write_segment(&report, out, n, recording, &mut stdout)?,
     }
     stdout.flush()?;
     drop(stdout);
@@ -195,9 +196,14 @@ fn render_one(recording: &Path, out: &OutputArgs, segment: Option<u32>) -> anyho
         Err(_) => &[],
     };
     let files = events.map_or(Ok(()), |events| {
-        let lanes = analyzed.lanes(events);
+        let lanes = [analyzed.lanes(events)];
         let (dir, stem) = flamegraph_place(recording, out);
-        timeline_files::write(out, &dir, &stem, Subject::One(&report), &[lanes], graphs)
+        let input = Inputs {
+            subject: Subject::One(&report),
+            lanes: &lanes,
+            graphs,
+        };
+        timeline_files::write(out, &dir, &stem, &input)
     });
     drop(report);
     if segment.is_none() {
@@ -234,7 +240,7 @@ fn attribute_and_draw(
         let e = Err(e).with_context(|| format!("cannot create {}", dir.display()));
         return (analyzed, e);
     }
-    let embed = out.wants(OutputFormat::Html);
+    let embed = out.wants(Format::Html);
     let (mut analyzed, plain) = pipeline::attribute(loaded, calibration, keep, |a: &Analysis| {
         let graphs: Vec<Graph<'_>> = vec![
             Graph {

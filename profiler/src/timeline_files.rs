@@ -1,81 +1,68 @@
-//! The Perfetto trace and the HTML report of one recording, or of several recordings of one
-//! job: written beside the recording (or in `--flamegraph-dir`), each file's path then said
-//! with how to open it.
+//! The report's file formats (the Perfetto trace, the HTML page) of one recording, or of
+//! several recordings of one job: written beside the recording (or in `--flamegraph-dir`),
+//! each file's path then said with how to open it.
 use std::{
     io::{BufWriter, Write as _},
     path::Path,
 };
 
 use anyhow::Context as _;
-use profiler_core::{
-    JobReport, Report,
-    report::html::{self, Flamegraph},
-    report::perfetto,
-    timeline::RecordingLanes,
-};
+use profiler_core::{Destination, Format, Inputs};
 
-use crate::{
-    cli::{OutputArgs, OutputFormat},
-    owner,
-};
+use crate::{cli::OutputArgs, owner};
 
-/// Whether `out` asks for either timeline file, which keeps the timed events past the
-/// attribution.
+/// Whether `out` asks for a format that draws the timeline, which keeps the timed events
+/// past the attribution.
 pub fn wanted(out: &OutputArgs) -> bool {
-    out.wants(OutputFormat::Perfetto) || out.wants(OutputFormat::Html)
+    out.format.iter().any(|f| f.draws_timeline())
 }
 
-/// What one report draws on: the page is one report, or a job's.
-pub enum Subject<'r, 'a> {
-    One(&'r Report<'a>),
-    Job(&'r JobReport<'a>),
+/// How to open a file of `format`, for the line that says where it went.
+fn how_to_open(format: Format, path: &Path) -> String {
+    match format {
+        Format::Perfetto => "open it at https://ui.perfetto.dev (Open trace file)".into(),
+        Format::Html => {
+            let shown = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+            format!(
+                "open file://{} in a browser (it needs no network)",
+                shown.display()
+            )
+        }
+        _ => String::new(),
+    }
 }
 
-/// Writes the files `out` asks for, as `<dir>/<stem>.pftrace` and `<dir>/<stem>.html`, and
-/// says where they went. `graphs` are the flame graphs for the page.
+/// Writes the file formats `out` asks for, each as `<dir>/<stem>.<extension>`, and says
+/// where they went.
 pub fn write(
     out: &OutputArgs,
     dir: &Path,
     stem: &str,
-    subject: Subject<'_, '_>,
-    lanes: &[RecordingLanes<'_>],
-    graphs: &[Flamegraph],
+    input: &Inputs<'_, '_>,
 ) -> anyhow::Result<()> {
-    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let clock_note = match &subject {
-        Subject::Job(job) => Some(job.clock_note.as_str()),
-        Subject::One(_) => None,
-    };
-    if out.wants(OutputFormat::Perfetto) {
-        let path = dir.join(format!("{stem}.pftrace"));
-        write_file(&path, |w| perfetto::write_trace(lanes, clock_note, w))?;
-        eprintln!(
-            "stallscope: wrote {}: open it at https://ui.perfetto.dev (Open trace file)",
-            path.display()
-        );
+    let formats = out.file_formats();
+    if formats.is_empty() {
+        return Ok(());
     }
-    if out.wants(OutputFormat::Html) {
-        let path = dir.join(format!("{stem}.html"));
-        write_file(&path, |w| match &subject {
-            Subject::One(r) => html::write_page(html::Page::One(r), lanes, graphs, w),
-            Subject::Job(j) => html::write_page(html::Page::Job(j), lanes, graphs, w),
-        })?;
-        let shown = std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone());
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    for format in formats {
+        let Destination::File { extension } = format.destination() else {
+            continue;
+        };
+        let renderer = format
+            .renderer()
+            .with_context(|| format!("this stallscope was built without the {format} format"))?;
+        let path = dir.join(format!("{stem}.{extension}"));
+        let mut w = BufWriter::new(owner::create_private(&path)?);
+        renderer
+            .render(input, &mut w)
+            .and_then(|()| w.flush())
+            .with_context(|| format!("cannot write {}", path.display()))?;
         eprintln!(
-            "stallscope: wrote {}: open file://{} in a browser (it needs no network)",
+            "stallscope: wrote {}: {}",
             path.display(),
-            shown.display()
+            how_to_open(format, &path)
         );
     }
     Ok(())
-}
-
-fn write_file(
-    path: &Path,
-    body: impl FnOnce(&mut dyn std::io::Write) -> std::io::Result<()>,
-) -> anyhow::Result<()> {
-    let mut w = BufWriter::new(owner::create_private(path)?);
-    body(&mut w)
-        .and_then(|()| w.flush())
-        .with_context(|| format!("cannot write {}", path.display()))
 }

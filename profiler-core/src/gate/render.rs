@@ -5,37 +5,18 @@ use std::io::{self, Write};
 use super::check::{Bound, CheckReport};
 use super::diff::{Change, DiffReport, Row};
 use super::evidence::{CauseChange, Moved};
+use crate::report::Format;
 
-/// The formats of `diff` and `check`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum GateFormat {
-    #[default]
-    Text,
-    Json,
-    Markdown,
-}
-
-impl GateFormat {
-    pub const ALL: [GateFormat; 3] = [GateFormat::Text, GateFormat::Json, GateFormat::Markdown];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            GateFormat::Text => "text",
-            GateFormat::Json => "json",
-            GateFormat::Markdown => "markdown",
-        }
-    }
-}
-
-impl std::str::FromStr for GateFormat {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        GateFormat::ALL
-            .into_iter()
-            .find(|f| f.name() == s)
-            .ok_or_else(|| format!("unknown format {s:?}; one of: text, json, markdown"))
-    }
+/// A format `diff` and `check` do not write (the command line offers only
+/// [`Format::GATE`]).
+fn not_a_gate_format(f: Format) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!(
+            "the gate writes no {f}; one of: {}",
+            Format::names(Format::GATE).join(", ")
+        ),
+    )
 }
 
 fn pct(share: f64) -> String {
@@ -75,13 +56,14 @@ fn summary(d: &DiffReport) -> String {
     }
 }
 
-pub fn write_diff(d: &DiffReport, format: GateFormat, w: &mut dyn Write) -> io::Result<()> {
+pub fn write_diff(d: &DiffReport, format: Format, w: &mut dyn Write) -> io::Result<()> {
     match format {
-        GateFormat::Json => {
+        f @ (Format::Html | Format::Perfetto) => Err(not_a_gate_format(f)),
+        Format::Json => {
             serde_json::to_writer_pretty(&mut *w, d)?;
             writeln!(w)
         }
-        GateFormat::Text => {
+        Format::Text => {
             writeln!(w, "base: {}", files(&d.base))?;
             writeln!(w, "new:  {}", files(&d.new))?;
             writeln!(
@@ -120,7 +102,7 @@ pub fn write_diff(d: &DiffReport, format: GateFormat, w: &mut dyn Write) -> io::
             }
             writeln!(w, "method: {}", d.method)
         }
-        GateFormat::Markdown => {
+        Format::Markdown => {
             writeln!(w, "### stallscope diff: {}", summary(d))?;
             writeln!(w)?;
             writeln!(
@@ -227,7 +209,7 @@ fn value(b: Bound, v: f64) -> String {
     }
 }
 
-pub fn write_check(c: &CheckReport, format: GateFormat, w: &mut dyn Write) -> io::Result<()> {
+pub fn write_check(c: &CheckReport, format: Format, w: &mut dyn Write) -> io::Result<()> {
     let summary = if c.failures == 0 {
         "within budget".to_owned()
     } else {
@@ -235,11 +217,12 @@ pub fn write_check(c: &CheckReport, format: GateFormat, w: &mut dyn Write) -> io
     };
     let gpu = |g: Option<u32>| g.map_or("-".to_owned(), |g| g.to_string());
     match format {
-        GateFormat::Json => {
+        f @ (Format::Html | Format::Perfetto) => Err(not_a_gate_format(f)),
+        Format::Json => {
             serde_json::to_writer_pretty(&mut *w, c)?;
             writeln!(w)
         }
-        GateFormat::Text => {
+        Format::Text => {
             writeln!(w, "run: {}  budget: {}", c.run, c.budget)?;
             for r in &c.rows {
                 writeln!(
@@ -254,7 +237,7 @@ pub fn write_check(c: &CheckReport, format: GateFormat, w: &mut dyn Write) -> io
             }
             writeln!(w, "{summary}")
         }
-        GateFormat::Markdown => {
+        Format::Markdown => {
             writeln!(w, "### stallscope check: {summary}")?;
             writeln!(w)?;
             writeln!(w, "Run `{}` against budget `{}`.", c.run, c.budget)?;

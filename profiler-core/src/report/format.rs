@@ -1,29 +1,88 @@
-//! The formats `report` and `record` print on stdout, by name.
+//! Every output stallscope writes, by name: one [`Format`] drives `--format` wherever it
+//! appears (`report`, `record`, `diff`, `check`, `doctor`), each command accepting its own
+//! subset of it. A report's formats all render through [`Render`] from the same [`Inputs`].
 use super::model::Render;
 
-/// The formats `report` and `record` print.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// An output format.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Format {
     #[default]
     Text,
     Json,
+    Markdown,
+    /// One self-contained page: the report, the timeline and the flame graphs.
+    Html,
+    /// The timeline as a Perfetto trace, for ui.perfetto.dev.
+    Perfetto,
+}
+
+/// Where a format's output goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Destination {
+    Stdout,
+    /// A file beside the recording (or in `--flamegraph-dir`): `<stem>.<extension>`.
+    File {
+        extension: &'static str,
+    },
 }
 
 impl Format {
-    pub const ALL: [Format; 2] = [Format::Text, Format::Json];
+    pub const ALL: [Format; 5] = [
+        Format::Text,
+        Format::Json,
+        Format::Markdown,
+        Format::Html,
+        Format::Perfetto,
+    ];
+    /// What `report` and `record` write.
+    pub const REPORT: [Format; 5] = Format::ALL;
+    /// What `diff` and `check` write.
+    pub const GATE: [Format; 3] = [Format::Text, Format::Markdown, Format::Json];
+    /// What `doctor` writes.
+    pub const DOCTOR: [Format; 2] = [Format::Text, Format::Json];
 
     pub fn name(self) -> &'static str {
         match self {
             Format::Text => "text",
             Format::Json => "json",
+            Format::Markdown => "markdown",
+            Format::Html => "html",
+            Format::Perfetto => "perfetto",
         }
     }
 
-    pub fn renderer(self) -> &'static dyn Render {
+    pub fn destination(self) -> Destination {
         match self {
-            Format::Text => &super::text::Text,
-            Format::Json => &super::json::Json,
+            Format::Text | Format::Json | Format::Markdown => Destination::Stdout,
+            Format::Html => Destination::File { extension: "html" },
+            Format::Perfetto => Destination::File {
+                extension: "pftrace",
+            },
         }
+    }
+
+    /// Whether it draws the timeline, which keeps the timed events past the attribution.
+    pub fn draws_timeline(self) -> bool {
+        matches!(self, Format::Html | Format::Perfetto)
+    }
+
+    /// Its renderer; `None` for Perfetto in a build without the `perfetto` feature.
+    pub fn renderer(self) -> Option<&'static dyn Render> {
+        match self {
+            Format::Text => Some(&super::text::Text),
+            Format::Json => Some(&super::json::Json),
+            Format::Markdown => Some(&super::markdown::Markdown),
+            Format::Html => Some(&super::html::Html),
+            #[cfg(feature = "perfetto")]
+            Format::Perfetto => Some(&super::perfetto::Perfetto),
+            #[cfg(not(feature = "perfetto"))]
+            Format::Perfetto => None,
+        }
+    }
+
+    /// The names of `formats`, for a command's `--help` and its value parser.
+    pub fn names<const N: usize>(formats: [Format; N]) -> [&'static str; N] {
+        formats.map(Format::name)
     }
 }
 
@@ -35,9 +94,17 @@ impl std::str::FromStr for Format {
             .into_iter()
             .find(|f| f.name() == s)
             .ok_or_else(|| {
-                let names: Vec<&str> = Format::ALL.iter().map(|f| f.name()).collect();
-                format!("unknown format {s:?}; one of: {}", names.join(", "))
+                format!(
+                    "unknown format {s:?}; one of: {}",
+                    Format::names(Format::ALL).join(", ")
+                )
             })
+    }
+}
+
+impl std::fmt::Display for Format {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
     }
 }
 
@@ -49,8 +116,20 @@ mod tests {
     fn formats_parse_by_name_and_refuse_others() {
         for f in Format::ALL {
             assert_eq!(f.name().parse::<Format>(), Ok(f));
+            assert!(f.renderer().is_some(), "{f} renders");
         }
         let e = "yaml".parse::<Format>().unwrap_err();
-        assert!(e.contains("text, json"), "{e}");
+        assert!(e.contains("text, json, markdown, html, perfetto"), "{e}");
+    }
+
+    #[test]
+    fn the_timeline_formats_are_files_and_the_others_stdout() {
+        for f in Format::ALL {
+            assert_eq!(
+                f.draws_timeline(),
+                matches!(f.destination(), Destination::File { .. }),
+                "{f}"
+            );
+        }
     }
 }

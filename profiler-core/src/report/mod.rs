@@ -8,10 +8,11 @@ pub mod flamegraph;
 pub mod format;
 pub mod html;
 pub mod json;
+pub mod markdown;
 pub mod model;
 #[cfg(feature = "perfetto")]
 pub mod perfetto;
 pub mod text;
 
-pub use format::Format;
-pub use model::{JobReport, Render, Report, clock_note};
+pub use format::{Destination, Format};
+pub use model::{Inputs, JobReport, Render, Report, Subject, clock_note};

@@ -6,6 +6,14 @@ use crate::analysis::model::Analysis;
 use crate::attribution::{Attribution, ranks::RankView};
 use crate::cuda::CudaSummary;
 use crate::recording::reader::LoadInfo;
+use crate::timeline::RecordingLanes;
+
+/// A flame graph to embed in a page: its name (`oncpu`, `cause-disk`, ...) and SVG.
+#[derive(Clone, Debug)]
+pub struct Flamegraph {
+    pub name: String,
+    pub svg: String,
+}
 
 /// One recording's report: everything a format reads.
 #[derive(Debug)]
@@ -60,10 +68,46 @@ impl<'a> JobReport<'a> {
     }
 }
 
-/// One output format.
-pub trait Render {
-    fn render(&self, report: &Report<'_>, w: &mut dyn Write) -> io::Result<()>;
-    fn render_job(&self, job: &JobReport<'_>, w: &mut dyn Write) -> io::Result<()>;
+/// What a report is about: one recording, or a job's several.
+#[derive(Clone, Copy)]
+pub enum Subject<'r, 'a> {
+    One(&'r Report<'a>),
+    Job(&'r JobReport<'a>),
+}
+
+impl Subject<'_, '_> {
+    /// What can and cannot be compared across the hosts' clocks, for a job.
+    pub fn clock_note(&self) -> Option<&str> {
+        match self {
+            Subject::Job(j) => Some(&j.clock_note),
+            Subject::One(_) => None,
+        }
+    }
+}
+
+/// Everything a format renders from: the report, and for the timeline formats each
+/// recording's lanes and the flame graphs to embed (empty when not kept).
+#[derive(Clone, Copy)]
+pub struct Inputs<'r, 'a> {
+    pub subject: Subject<'r, 'a>,
+    pub lanes: &'r [RecordingLanes<'r>],
+    pub graphs: &'r [Flamegraph],
+}
+
+impl<'r, 'a> Inputs<'r, 'a> {
+    /// A report alone, without timeline or graphs.
+    pub fn report(subject: Subject<'r, 'a>) -> Self {
+        Inputs {
+            subject,
+            lanes: &[],
+            graphs: &[],
+        }
+    }
+}
+
+/// One output format (see [`super::Format`], which picks one by name).
+pub trait Render: Sync {
+    fn render(&self, input: &Inputs<'_, '_>, w: &mut dyn Write) -> io::Result<()>;
 }
 
 /// What a combined report can and cannot compare across hosts, with the wall-clock spread of

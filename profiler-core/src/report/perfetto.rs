@@ -374,6 +374,15 @@ fn json_annotation(v: &serde_json::Value) -> DebugAnnotation {
     d
 }
 
+/// The Perfetto format: the timeline as a trace.
+pub struct Perfetto;
+
+impl super::model::Render for Perfetto {
+    fn render(&self, input: &super::model::Inputs<'_, '_>, w: &mut dyn Write) -> io::Result<()> {
+        write_trace(input.lanes, input.subject.clock_note(), w)
+    }
+}
+
 /// Writes `recordings` as one trace. `clock_note` is the caveat of comparing hosts' times.
 pub fn write_trace(
     recordings: &[RecordingLanes<'_>],

@@ -11,7 +11,8 @@ use profiler_core::doctor::{
     versions::{self, CudaVersion},
 };
 
-use crate::cli::{DoctorArgs, DoctorFormat, Since};
+use crate::cli::{DoctorArgs, Since};
+use profiler_core::Format;
 
 pub fn run(args: &DoctorArgs) -> anyhow::Result<i32> {
     let target_info = match args.pid {
@@ -111,8 +112,8 @@ pub fn run(args: &DoctorArgs) -> anyhow::Result<i32> {
     }
 
     match args.format {
-        DoctorFormat::Text => print!("{}", d.to_text()),
-        DoctorFormat::Json => println!("{}", d.to_json()),
+        Format::Json => println!("{}", d.to_json()),
+        _ => print!("{}", d.to_text()),
     }
     Ok(d.exit_code())
 }

@@ -13,7 +13,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::json::{JsonJob, JsonReport};
-use super::model::{JobReport, Report};
+use super::model::{Inputs, Render, Subject};
 use crate::attribution::CAUSES;
 use crate::timeline::{Lost, RecordingLanes, STATES, Slice};
 
@@ -27,17 +27,15 @@ pub const LANE_POINTS: usize = 4000;
 const SCRIPT: &str = include_str!("timeline.js");
 const STYLE: &str = include_str!("page.css");
 
-/// A flame graph to embed: its name (`oncpu`, `cause-disk`, ...) and SVG.
-#[derive(Clone, Debug)]
-pub struct Flamegraph {
-    pub name: String,
-    pub svg: String,
-}
+pub use super::model::Flamegraph;
 
-/// What the page reports on.
-pub enum Page<'r, 'a> {
-    One(&'r Report<'a>),
-    Job(&'r JobReport<'a>),
+/// The HTML format: one self-contained page.
+pub struct Html;
+
+impl Render for Html {
+    fn render(&self, input: &Inputs<'_, '_>, w: &mut dyn Write) -> io::Result<()> {
+        write_page(input.subject, input.lanes, input.graphs, w)
+    }
 }
 
 #[derive(Serialize)]
@@ -53,14 +51,14 @@ struct Data {
 
 /// Writes the page.
 pub fn write_page(
-    page: Page<'_, '_>,
+    page: Subject<'_, '_>,
     lanes: &[RecordingLanes<'_>],
     graphs: &[Flamegraph],
     w: &mut dyn Write,
 ) -> io::Result<()> {
     let report = match page {
-        Page::One(r) => serde_json::to_value(JsonReport::new(r)),
-        Page::Job(j) => serde_json::to_value(JsonJob::new(j)),
+        Subject::One(r) => serde_json::to_value(JsonReport::new(r)),
+        Subject::Job(j) => serde_json::to_value(JsonJob::new(j)),
     }
     .map_err(io::Error::from)?;
     let title = match lanes {

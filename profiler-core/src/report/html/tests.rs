@@ -1,5 +1,6 @@
 //! The page holds its data, its script and nothing from the network.
 use super::*;
+use crate::Report;
 use crate::attribution::attribute;
 use crate::timeline::{TimelineEvents, build};
 
@@ -16,7 +17,7 @@ fn page() -> String {
         svg: "<svg><script>var x = '</script>';</script></svg>".into(),
     }];
     let mut out = Vec::new();
-    write_page(Page::One(&report), &[lanes], &graphs, &mut out).unwrap();
+    write_page(Subject::One(&report), &[lanes], &graphs, &mut out).unwrap();
     String::from_utf8(out).unwrap()
 }
 

@@ -8,7 +8,7 @@ use std::io::{self, Write};
 
 use serde::{Deserialize, Serialize};
 
-use super::model::{JobReport, Render, Report};
+use super::model::{Inputs, JobReport, Render, Report, Subject};
 use crate::analysis::model::EventCounts;
 use crate::attribution::ranks::RankView;
 use crate::recording::record::EndReason;
@@ -25,13 +25,14 @@ pub use read::{ReadError, ReportDoc, read_report};
 pub struct Json;
 
 impl Render for Json {
-    fn render(&self, report: &Report<'_>, w: &mut dyn Write) -> io::Result<()> {
-        write_json(report, w).map_err(io::Error::from)
-    }
-
-    fn render_job(&self, job: &JobReport<'_>, mut w: &mut dyn Write) -> io::Result<()> {
-        serde_json::to_writer_pretty(&mut w, &JsonJob::new(job))?;
-        w.write_all(b"\n")
+    fn render(&self, input: &Inputs<'_, '_>, mut w: &mut dyn Write) -> io::Result<()> {
+        match input.subject {
+            Subject::One(report) => write_json(report, w).map_err(io::Error::from),
+            Subject::Job(job) => {
+                serde_json::to_writer_pretty(&mut w, &JsonJob::new(job))?;
+                w.write_all(b"\n")
+            }
+        }
     }
 }
 

@@ -4,7 +4,7 @@
 //! so a short-lived worker and the main thread read on the same scale.
 use std::io::{self, Write};
 
-use super::model::{JobReport, Render, Report};
+use super::model::{Inputs, JobReport, Render, Report, Subject};
 use crate::analysis::model::{Analysis, ProcessSummary, ThreadSummary};
 use crate::cuda::CudaSummary;
 use crate::recording::reader::LoadInfo;
@@ -23,12 +23,17 @@ pub mod gpu;
 pub struct Text;
 
 impl Render for Text {
-    fn render(&self, report: &Report<'_>, w: &mut dyn Write) -> io::Result<()> {
-        write_text(report, w)
+    fn render(&self, input: &Inputs<'_, '_>, w: &mut dyn Write) -> io::Result<()> {
+        match input.subject {
+            Subject::One(report) => write_text(report, w),
+            Subject::Job(job) => write_job(job, w),
+        }
     }
+}
 
-    /// Each recording's report under its file name, then the ranks across all of them.
-    fn render_job(&self, job: &JobReport<'_>, mut w: &mut dyn Write) -> io::Result<()> {
+/// Each recording's report under its file name, then the ranks across all of them.
+fn write_job(job: &JobReport<'_>, mut w: &mut dyn Write) -> io::Result<()> {
+    {
         for (file, report) in &job.recordings {
             writeln!(w, "=== {file} ===")?;
             write_text(report, &mut *w)?;
