@@ -268,7 +268,6 @@ fn attribute_gpu(
         out.waiting_ns = out.waiting_ns.saturating_add(waited);
         let mut host = index.window(&a.timeline, roles, start, end);
         host.launch_bound = launch_rate >= rules::LAUNCH_BOUND_PER_SEC;
-        host.unchecked = unchecked;
         let feeder_probed = probed_since.is_some_and(|since| start >= since);
         if feeder_probed {
             let totals = waits.totals(start, end, |tid| roles.feeders.contains(&tid));
@@ -280,7 +279,7 @@ fn attribute_gpu(
             host.cuda = Some(totals);
         }
         // Waiting is lost time like idle: the rules see only the GPU's real work as busy.
-        let mut label = label_window(&host, busy - waiting_fraction);
+        let mut label = label_window(&host, busy - waiting_fraction, unchecked);
         // Only host work is in doubt: the other causes stand on scheduler and IO evidence.
         if label.cause == Cause::HostCompute && probed_since.is_some_and(|since| start < since) {
             label.cause = Cause::Unknown;

@@ -35,7 +35,7 @@
 //! waits for the kernels queued behind it). The highest score wins; when none covers at least
 //! a third of the idle fraction, the window is `unknown`, with the reason.
 use super::{
-    causes::{Cause, Scores},
+    causes::{Cause, CauseSet, Scores},
     shares::Shares,
     window::HostWindow,
 };
@@ -99,7 +99,8 @@ fn cuda_shares(host: &HostWindow, busy: f64) -> Option<CudaShares> {
     })
 }
 
-pub fn label_window(host: &HostWindow, busy: f64) -> Label {
+/// `unchecked`: the causes the recording cannot judge, never the window's.
+pub fn label_window(host: &HostWindow, busy: f64, unchecked: CauseSet) -> Label {
     let idle = (1.0 - busy).clamp(0.0, 1.0);
     let f = host.feeder.fractions();
     let wt = host.workers.total();
@@ -137,7 +138,7 @@ pub fn label_window(host: &HostWindow, busy: f64) -> Label {
         link_limited: host.link_limited,
         launch_bound: host.launch_bound,
     };
-    let scores = Scores::of(&shares).without(host.unchecked);
+    let scores = Scores::of(&shares).without(unchecked);
     let (best, score) = scores.best();
     if host.feeder.total() <= 0.0 {
         return Label {
@@ -202,35 +203,56 @@ mod tests {
     #[test]
     fn feeder_waiting_on_busy_workers_is_dataloader_cpu() {
         let h = host(st(25.0, 0.0, 0.0, 75.0), st(180.0, 10.0, 0.0, 10.0));
-        assert_eq!(label_window(&h, 0.25).cause, Cause::DataloaderCpu);
+        assert_eq!(
+            label_window(&h, 0.25, CauseSet::default()).cause,
+            Cause::DataloaderCpu
+        );
     }
 
     #[test]
     fn workers_in_io_wait_is_disk() {
         let h = host(st(20.0, 0.0, 0.0, 80.0), st(20.0, 0.0, 150.0, 30.0));
-        assert_eq!(label_window(&h, 0.2).cause, Cause::Disk);
+        assert_eq!(
+            label_window(&h, 0.2, CauseSet::default()).cause,
+            Cause::Disk
+        );
         let direct = host(st(10.0, 0.0, 90.0, 0.0), st(0.0, 0.0, 0.0, 200.0));
-        assert_eq!(label_window(&direct, 0.1).cause, Cause::Disk);
+        assert_eq!(
+            label_window(&direct, 0.1, CauseSet::default()).cause,
+            Cause::Disk
+        );
     }
 
     #[test]
     fn workers_waiting_on_io_a_third_of_the_time_are_disk_bound() {
         let h = host(st(5.0, 0.0, 0.0, 95.0), st(120.0, 0.0, 70.0, 10.0));
-        assert_eq!(label_window(&h, 0.3).cause, Cause::Disk);
+        assert_eq!(
+            label_window(&h, 0.3, CauseSet::default()).cause,
+            Cause::Disk
+        );
     }
 
     #[test]
     fn runnable_but_not_running_is_contention() {
         let h = host(st(30.0, 50.0, 0.0, 20.0), st(60.0, 120.0, 0.0, 20.0));
-        assert_eq!(label_window(&h, 0.3).cause, Cause::CpuContention);
+        assert_eq!(
+            label_window(&h, 0.3, CauseSet::default()).cause,
+            Cause::CpuContention
+        );
     }
 
     #[test]
     fn workers_queued_half_as_long_as_they_run_are_starved() {
         let starved = host(st(5.0, 0.0, 0.0, 95.0), st(110.0, 60.0, 0.0, 30.0));
-        assert_eq!(label_window(&starved, 0.3).cause, Cause::CpuContention);
+        assert_eq!(
+            label_window(&starved, 0.3, CauseSet::default()).cause,
+            Cause::CpuContention
+        );
         let busy = host(st(5.0, 0.0, 0.0, 95.0), st(150.0, 40.0, 0.0, 10.0));
-        assert_eq!(label_window(&busy, 0.3).cause, Cause::DataloaderCpu);
+        assert_eq!(
+            label_window(&busy, 0.3, CauseSet::default()).cause,
+            Cause::DataloaderCpu
+        );
     }
 
     #[test]
@@ -238,18 +260,24 @@ mod tests {
         // Half busy: the feeder spun and yielded (queued) for that half, then waited for a
         // batch while the workers computed.
         let h = host(st(2.0, 50.0, 0.0, 48.0), st(190.0, 6.0, 0.0, 4.0));
-        assert_eq!(label_window(&h, 0.5).cause, Cause::DataloaderCpu);
+        assert_eq!(
+            label_window(&h, 0.5, CauseSet::default()).cause,
+            Cause::DataloaderCpu
+        );
     }
 
     #[test]
     fn sync_spin_during_busy_time_is_not_host_compute() {
         // On-CPU only as long as the GPU was busy: the feeder spun in a sync.
         let spin = host(st(30.0, 0.0, 0.0, 70.0), st(0.0, 0.0, 0.0, 200.0));
-        let l = label_window(&spin, 0.3);
+        let l = label_window(&spin, 0.3, CauseSet::default());
         assert_eq!(l.cause, Cause::Unknown);
         assert!(l.reason.unwrap().contains("workers were idle"));
         let own_work = host(st(95.0, 5.0, 0.0, 0.0), st(0.0, 0.0, 0.0, 200.0));
-        assert_eq!(label_window(&own_work, 0.25).cause, Cause::HostCompute);
+        assert_eq!(
+            label_window(&own_work, 0.25, CauseSet::default()).cause,
+            Cause::HostCompute
+        );
     }
 
     fn probed(feeder: States, cuda: crate::cuda::WaitTotals, link_limited: bool) -> HostWindow {
@@ -285,10 +313,14 @@ mod tests {
         // On-CPU all along: without probes this reads as host work.
         let feeder = st(90.0, 10.0, 0.0, 0.0);
         assert_eq!(
-            label_window(&host(feeder, States::default()), 0.1).cause,
+            label_window(&host(feeder, States::default()), 0.1, CauseSet::default()).cause,
             Cause::HostCompute
         );
-        let l = label_window(&probed(feeder, waits(0.0, 0.0, 85.0, 10.0), false), 0.1);
+        let l = label_window(
+            &probed(feeder, waits(0.0, 0.0, 85.0, 10.0), false),
+            0.1,
+            CauseSet::default(),
+        );
         assert_eq!(l.cause, Cause::NcclWait, "{:?}", l.scores);
     }
 
@@ -296,17 +328,23 @@ mod tests {
     fn copy_waits_are_pinned_memory_copy_or_pcie_by_the_link() {
         let feeder = st(60.0, 0.0, 0.0, 40.0);
         let copy = probed(feeder, waits(50.0, 0.0, 0.0, 0.0), false);
-        assert_eq!(label_window(&copy, 0.0).cause, Cause::PinnedMemoryCopy);
+        assert_eq!(
+            label_window(&copy, 0.0, CauseSet::default()).cause,
+            Cause::PinnedMemoryCopy
+        );
         let slow_link = probed(feeder, waits(0.0, 70.0, 0.0, 0.0), true);
-        assert_eq!(label_window(&slow_link, 0.2).cause, Cause::Pcie);
+        assert_eq!(
+            label_window(&slow_link, 0.2, CauseSet::default()).cause,
+            Cause::Pcie
+        );
     }
 
     #[test]
     fn an_unchecked_cause_is_never_a_windows() {
         let feeder = st(60.0, 0.0, 0.0, 40.0);
-        let mut copy = probed(feeder, waits(50.0, 0.0, 0.0, 0.0), false);
-        copy.unchecked = [Cause::PinnedMemoryCopy].into_iter().collect();
-        let l = label_window(&copy, 0.0);
+        let copy = probed(feeder, waits(50.0, 0.0, 0.0, 0.0), false);
+        let unchecked = [Cause::PinnedMemoryCopy].into_iter().collect();
+        let l = label_window(&copy, 0.0, unchecked);
         assert_ne!(l.cause, Cause::PinnedMemoryCopy);
         assert_eq!(l.scores.get(Cause::PinnedMemoryCopy), 0.0);
     }
@@ -315,7 +353,11 @@ mod tests {
     fn busy_time_inside_a_copy_sync_is_not_counted_as_copy() {
         // The sync waited 90: 70 of it for kernels queued behind a short copy.
         let feeder = st(95.0, 5.0, 0.0, 0.0);
-        let l = label_window(&probed(feeder, waits(0.0, 90.0, 0.0, 0.0), false), 0.7);
+        let l = label_window(
+            &probed(feeder, waits(0.0, 90.0, 0.0, 0.0), false),
+            0.7,
+            CauseSet::default(),
+        );
         assert!(
             (l.scores.get(Cause::PinnedMemoryCopy) - 0.2).abs() < 1e-9,
             "{:?}",
@@ -336,7 +378,7 @@ mod tests {
             cuda: Some(w),
             ..HostWindow::default()
         };
-        let l = label_window(&h, 0.0);
+        let l = label_window(&h, 0.0, CauseSet::default());
         assert!(
             (l.scores.get(Cause::PinnedMemoryCopy) - 0.1).abs() < 1e-9,
             "{:?}",
@@ -348,15 +390,21 @@ mod tests {
     #[test]
     fn own_work_at_a_launch_bound_rate_is_launch_overhead() {
         let mut h = probed(st(95.0, 5.0, 0.0, 0.0), waits(0.0, 0.0, 0.0, 3.0), false);
-        assert_eq!(label_window(&h, 0.25).cause, Cause::HostCompute);
+        assert_eq!(
+            label_window(&h, 0.25, CauseSet::default()).cause,
+            Cause::HostCompute
+        );
         h.launch_bound = true;
-        assert_eq!(label_window(&h, 0.25).cause, Cause::LaunchOverhead);
+        assert_eq!(
+            label_window(&h, 0.25, CauseSet::default()).cause,
+            Cause::LaunchOverhead
+        );
     }
 
     #[test]
     fn missing_feeder_is_unknown_with_reason() {
         let h = host(States::default(), st(100.0, 0.0, 0.0, 0.0));
-        let l = label_window(&h, 0.0);
+        let l = label_window(&h, 0.0, CauseSet::default());
         assert_eq!(l.cause, Cause::Unknown);
         assert!(l.reason.is_some());
     }

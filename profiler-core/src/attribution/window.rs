@@ -56,8 +56,6 @@ pub struct HostWindow {
     pub link_gbps: Option<f64>,
     /// The feeder's process launches kernels at a launch-bound rate.
     pub launch_bound: bool,
-    /// Causes the recording cannot judge (see `super::signals`): never this window's.
-    pub unchecked: super::causes::CauseSet,
 }
 
 /// Finds the ticks that overlap a window without scanning the whole timeline.
