@@ -17,6 +17,7 @@ mod roles;
 mod rules;
 mod shares;
 pub mod signals;
+pub mod steps;
 pub mod waiting;
 mod window;
 
@@ -33,6 +34,7 @@ pub use causes::{
 pub use evidence::{Evidence, StackEvidence, ThreadEvidence};
 pub use roles::Roles;
 pub use rules::{Label, label_window};
+pub use steps::{StepSplit, StepTimes, Steps};
 pub use waiting::{GpuWaiting, WaitingSignal};
 pub use window::HostWindow;
 
@@ -98,6 +100,12 @@ pub struct GpuAttribution {
     /// The longest stalls first.
     pub stalls: Vec<Stall>,
     pub seconds: Vec<SecondLabel>,
+    /// The training steps of its feeder (see [`steps`]); `None` when no probe watched it.
+    pub steps: Option<Steps>,
+    /// Each step marker's end, in order (step `i` runs from the `i`th to the next): what
+    /// the timeline draws.
+    #[serde(skip)]
+    pub step_ends_ns: Vec<u64>,
     /// Window-level labels, in time order: (start, end, idle + waiting, cause); for
     /// flamegraphs per cause.
     #[serde(skip)]
@@ -347,6 +355,22 @@ fn attribute_gpu(
         stalls.push(stall);
     }
     out.busy_ns = out.observed_ns - out.idle_ns;
+    // The steps over the time the host timeline covers since the probes watched the feeder.
+    if let (Some(since), Some((from, to))) = (probed_since, covered) {
+        let link_gbps = link::LinkState::at(g, to)
+            .map(|l| l.current_gbps())
+            .filter(|g| *g > 0.0)
+            .unwrap_or(rules::DEFAULT_LINK_GBPS);
+        let lookups = steps::Lookups {
+            timeline: &a.timeline,
+            index,
+            waits,
+            link_gbps,
+        };
+        let found = steps::find(&a.cuda.calls, roles, &lookups, (from.max(since), to));
+        out.steps = Some(found.steps);
+        out.step_ends_ns = found.ends_ns;
+    }
     out.lost_by_cause.retain(|_, ns| *ns > 0);
     out.waiting = waiting;
     stalls.sort_by(|x, y| {

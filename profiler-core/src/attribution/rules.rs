@@ -68,7 +68,7 @@ struct CudaShares {
 }
 
 /// Copy bandwidth assumed when NVML gives no link state: a PCIe gen3 x16 link's.
-const DEFAULT_LINK_GBPS: f64 = 15.75;
+pub(super) const DEFAULT_LINK_GBPS: f64 = 15.75;
 
 fn cuda_shares(host: &HostWindow, busy: f64) -> Option<CudaShares> {
     let c = host.cuda?;

@@ -1,0 +1,565 @@
+//! Training steps, found without code changes: the feeder's rhythm shows the step.
+//!
+//! A training loop blocks once a step on the GPU: `loss.item()`, the optimizer's sync, a
+//! `.cpu()`. Those calls are the step's markers. Every blocking CUDA call of a feeder (a sync,
+//! or a synchronous device-to-host copy) is a candidate, grouped by thread, function and call
+//! site; a group is a *steady step* when it has at least [`MIN_CALLS`] calls, its intervals'
+//! p90 is at most [`MAX_SPREAD`] times their p50, and its calls span at least
+//! [`MIN_COVERAGE`] of the time analysed. The steady group with the most calls wins (ties: the
+//! most time inside its calls, the sync that waits rather than the copy that follows it).
+//!
+//! A step is the time from one marker's end to the next's; each is split into what the
+//! feeder did in it (see [`StepSplit`]). Without a steady group there is no step to report,
+//! and the report says so (an inference server with sparse requests).
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::roles::Roles;
+use super::window::TimelineIndex;
+use crate::analysis::model::TickSlice;
+use crate::analysis::percentiles::Percentiles;
+use crate::cuda::{CopyDir, CudaOp, WaitIndex};
+use crate::recording::record::CudaCall;
+
+/// Calls a group needs to be a step's marker.
+pub const MIN_CALLS: usize = 5;
+/// The most a steady step's p90 may be, in multiples of its p50.
+pub const MAX_SPREAD: f64 = 3.0;
+/// The least share of the analysed time a steady step's markers must span.
+pub const MIN_COVERAGE: f64 = 0.5;
+
+/// The steps of one GPU's feeder. Field names are part of the JSON report.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Steps {
+    /// Steps seen: the marker calls, each of which ends one step; 0 without a steady step.
+    pub count: u64,
+    /// Step time (one marker's end to the next's), ms; absent without a steady step.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub step_ms: Option<StepTimes>,
+    /// Where a step's time went, mean ms per step; absent without a steady step.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub split_ms: Option<StepSplit>,
+    /// Which call marks the steps (`cuStreamSynchronize at train.py:88`), or why there is no
+    /// steady step.
+    pub found_by: String,
+    /// Steps per second between the first marker and the last.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub per_sec: Option<f64>,
+}
+
+impl Steps {
+    /// The steps in one line, as the text and Markdown reports give them: `412, 212 ms p50
+    /// (p90 230, p99 260), found by cuStreamSynchronize at train.py:88; per step: input wait
+    /// 120 ms, copy 3 ms, host 40 ms, gpu 45 ms, collective 0 ms`, or why there are none.
+    pub fn describe(&self) -> String {
+        let (Some(t), Some(s)) = (self.step_ms, self.split_ms) else {
+            return self.found_by.clone();
+        };
+        format!(
+            "{}, {} ms p50 (p90 {}, p99 {}), found by {}; per step: input wait {} ms, copy {} \
+             ms, host {} ms, gpu {} ms, collective {} ms",
+            self.count,
+            short_ms(t.p50),
+            short_ms(t.p90),
+            short_ms(t.p99),
+            self.found_by,
+            short_ms(s.input_wait),
+            short_ms(s.copy),
+            short_ms(s.host),
+            short_ms(s.gpu),
+            short_ms(s.collective)
+        )
+    }
+}
+
+/// Milliseconds to read: whole from 10 up, else to a tenth.
+fn short_ms(ms: f64) -> String {
+    if ms >= 10.0 {
+        format!("{ms:.0}")
+    } else {
+        format!("{ms:.1}")
+    }
+}
+
+/// Step-time percentiles, ms (nearest rank, [`crate::analysis::percentiles`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct StepTimes {
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+}
+
+/// Where the feeder's step time went, as the mean over the steps in ms (each part summed over
+/// every step, then divided by their number: tick-grained off-CPU time is smeared over the
+/// steps a tick spans, which a sum keeps and a per-step median would not). The parts add up
+/// to the mean step.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct StepSplit {
+    /// Off-CPU (blocked or in IO) outside CUDA calls: waiting for a batch.
+    pub input_wait: f64,
+    /// Inside copy calls, and in syncs waiting for a copy.
+    pub copy: f64,
+    /// The rest: the feeder's own work, kernel launches, and waiting for a CPU.
+    pub host: f64,
+    /// In syncs waiting for kernels.
+    pub gpu: f64,
+    /// In syncs waiting for a collective.
+    pub collective: f64,
+}
+
+impl StepSplit {
+    pub fn total(&self) -> f64 {
+        self.input_wait + self.copy + self.host + self.gpu + self.collective
+    }
+
+    /// The largest part's name: `input_wait`, `copy`, `host`, `gpu` or `collective`.
+    pub fn dominant(&self) -> &'static str {
+        [
+            ("input_wait", self.input_wait),
+            ("copy", self.copy),
+            ("host", self.host),
+            ("gpu", self.gpu),
+            ("collective", self.collective),
+        ]
+        .into_iter()
+        .fold(("input_wait", f64::MIN), |best, p| {
+            if p.1 > best.1 { p } else { best }
+        })
+        .0
+    }
+}
+
+/// The steps found, with each marker's end (CLOCK_MONOTONIC ns) for the timeline.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Found {
+    pub steps: Steps,
+    /// The markers' ends, in order: step `i` runs from `ends[i]` to `ends[i + 1]`.
+    pub ends_ns: Vec<u64>,
+}
+
+/// A call that blocks the host until the GPU is done with something: a sync, or a
+/// synchronous copy to the host (`.item()`, `.cpu()`).
+fn blocks(call: &CudaCall) -> bool {
+    matches!(
+        call.op,
+        CudaOp::Sync { .. }
+            | CudaOp::Copy {
+                dir: CopyDir::DeviceToHost,
+                asynchronous: false,
+                ..
+            }
+    ) && call.status == 0
+}
+
+/// One candidate: a thread's calls of one function from one call site.
+struct Group<'c> {
+    tid: u32,
+    api: &'c str,
+    caller: &'c str,
+    ends: Vec<u64>,
+    in_calls_ns: u64,
+}
+
+/// Why no steady step was found, for `found_by`.
+fn no_steady(why: &str) -> String {
+    format!("no steady step: {why}")
+}
+
+/// The steady marker among `calls` of the threads `feeder` accepts, inside `span`
+/// (`[from, to]`, CLOCK_MONOTONIC ns), or why there is none.
+fn marker<'c>(
+    calls: &'c [CudaCall],
+    feeder: impl Fn(u32) -> bool,
+    span: (u64, u64),
+) -> Result<Group<'c>, String> {
+    let (from, to) = span;
+    let mut groups: BTreeMap<(u32, &str, &str), Group<'c>> = BTreeMap::new();
+    for c in calls {
+        if !feeder(c.tid) || !blocks(c) || c.end_ns < from || c.end_ns > to {
+            continue;
+        }
+        let g = groups
+            .entry((c.tid, c.api.as_str(), c.caller.as_str()))
+            .or_insert_with(|| Group {
+                tid: c.tid,
+                api: &c.api,
+                caller: &c.caller,
+                ends: Vec::new(),
+                in_calls_ns: 0,
+            });
+        g.ends.push(c.end_ns);
+        g.in_calls_ns = g
+            .in_calls_ns
+            .saturating_add(c.end_ns.saturating_sub(c.start_ns));
+    }
+    if groups.is_empty() {
+        return Err(no_steady("the feeder made no blocking CUDA call"));
+    }
+    let span_ns = to.saturating_sub(from).max(1) as f64;
+    let mut best: Option<Group<'c>> = None;
+    let mut most = 0;
+    for (_, mut g) in groups {
+        g.ends.sort_unstable();
+        most = most.max(g.ends.len());
+        if g.ends.len() < MIN_CALLS {
+            continue;
+        }
+        let mut p = Percentiles::new();
+        for w in g.ends.windows(2) {
+            p.record(w[1] - w[0]);
+        }
+        let (Some(p50), Some(p90)) = (p.percentile(50), p.percentile(90)) else {
+            continue;
+        };
+        let steady = p50 > 0 && p90 as f64 <= MAX_SPREAD * p50 as f64;
+        let covered = (g.ends[g.ends.len() - 1] - g.ends[0]) as f64 / span_ns;
+        if !steady || covered < MIN_COVERAGE {
+            continue;
+        }
+        let better = best
+            .as_ref()
+            .is_none_or(|b| (g.ends.len(), g.in_calls_ns) > (b.ends.len(), b.in_calls_ns));
+        if better {
+            best = Some(g);
+        }
+    }
+    best.ok_or_else(|| {
+        if most < MIN_CALLS {
+            no_steady(&format!(
+                "no blocking CUDA call of the feeder came {MIN_CALLS} times from one place \
+                 (at most {most})"
+            ))
+        } else {
+            no_steady(&format!(
+                "no blocking CUDA call of the feeder recurs steadily (p90 within {MAX_SPREAD}× \
+                 the p50 of its intervals) over {:.0}% of the time",
+                MIN_COVERAGE * 100.0
+            ))
+        }
+    })
+}
+
+/// Nanoseconds as milliseconds, to the microsecond.
+fn ms(ns: f64) -> f64 {
+    (ns / 1e3).round() / 1e3
+}
+
+/// What the step is looked up in: the feeder's state time and CUDA waits, and the link's
+/// pace.
+pub struct Lookups<'x> {
+    pub timeline: &'x [TickSlice],
+    pub index: &'x TimelineIndex,
+    pub waits: &'x WaitIndex<'x>,
+    /// What the PCIe link carries, GB/s (bytes per ns).
+    pub link_gbps: f64,
+}
+
+/// The split of the steps between consecutive `ends` of thread `tid`, summed.
+fn split_sum(ends: &[u64], tid: u32, l: &Lookups<'_>) -> StepSplit {
+    let feeder = Roles {
+        feeders: [tid].into(),
+        workers: Default::default(),
+    };
+    let mut sum = StepSplit::default();
+    for w in ends.windows(2) {
+        let (start, end) = (w[0], w[1]);
+        let len = (end - start) as f64;
+        let cuda = l.waits.totals(start, end, |t| t == tid);
+        let host = l.index.window(l.timeline, &feeder, start, end);
+        let off_cpu = host.feeder.blocked + host.feeder.io_wait;
+        // Off-CPU time inside a CUDA call is the call's (a sync may sleep); the timeline
+        // cannot say which part was, so at least as much as cannot fit beside the calls.
+        let overlap = (off_cpu + cuda.total() - len).max(0.0);
+        let input_wait = (off_cpu - overlap).max(0.0);
+        // A sync with a copy outstanding waits for the copy only as long as the link needs
+        // to move its bytes (or the host took to stage them); the rest of it waits for the
+        // kernels queued after the copy.
+        let sync_copy = cuda
+            .sync_copy_ns
+            .min(cuda.sync_pinned_bytes / l.link_gbps.max(1e-3) + cuda.sync_staged_ns);
+        let copy = cuda.call_copy_ns + sync_copy;
+        let gpu = cuda.kernel_ns + (cuda.sync_copy_ns - sync_copy);
+        let parts = input_wait + copy + gpu + cuda.collective_ns;
+        sum.input_wait += input_wait;
+        sum.copy += copy;
+        sum.gpu += gpu;
+        sum.collective += cuda.collective_ns;
+        sum.host += (len - parts).max(0.0);
+    }
+    sum
+}
+
+/// The steps of the feeders `roles` names over `span` (`[from, to]`, CLOCK_MONOTONIC ns: the
+/// time the host timeline covers since the probes watched the feeders).
+pub fn find(calls: &[CudaCall], roles: &Roles, lookups: &Lookups<'_>, span: (u64, u64)) -> Found {
+    let g = match marker(calls, |t| roles.feeders.contains(&t), span) {
+        Ok(g) => g,
+        Err(why) => {
+            return Found {
+                steps: Steps {
+                    found_by: why,
+                    ..Steps::default()
+                },
+                ends_ns: Vec::new(),
+            };
+        }
+    };
+    let mut p = Percentiles::new();
+    for w in g.ends.windows(2) {
+        p.record(w[1] - w[0]);
+    }
+    let pct = |q| p.percentile(q).map_or(0.0, |ns| ms(ns as f64));
+    let n = (g.ends.len() - 1) as f64;
+    let sum = split_sum(&g.ends, g.tid, lookups);
+    let elapsed = (g.ends[g.ends.len() - 1] - g.ends[0]) as f64;
+    let found_by = if g.caller.is_empty() {
+        g.api.to_owned()
+    } else {
+        format!("{} at {}", g.api, g.caller)
+    };
+    Found {
+        steps: Steps {
+            count: g.ends.len() as u64,
+            step_ms: Some(StepTimes {
+                p50: pct(50),
+                p90: pct(90),
+                p99: pct(99),
+            }),
+            split_ms: Some(StepSplit {
+                input_wait: ms(sum.input_wait / n),
+                copy: ms(sum.copy / n),
+                host: ms(sum.host / n),
+                gpu: ms(sum.gpu / n),
+                collective: ms(sum.collective / n),
+            }),
+            found_by,
+            per_sec: Some((n * 1e9 / elapsed * 1e3).round() / 1e3),
+        },
+        ends_ns: g.ends,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::model::ThreadDelta;
+    use crate::cuda::{HostWait, SyncScope, WaitKind};
+
+    const MS: u64 = 1_000_000;
+    const FEEDER: u32 = 10;
+
+    fn sync(start: u64, end: u64, caller: &str) -> CudaCall {
+        CudaCall {
+            tid: FEEDER,
+            pid: FEEDER,
+            start_ns: start,
+            end_ns: end,
+            api: "cuStreamSynchronize".into(),
+            op: CudaOp::Sync {
+                scope: SyncScope::Stream,
+                handle: 1,
+            },
+            status: 0,
+            caller: caller.into(),
+        }
+    }
+
+    fn roles() -> Roles {
+        Roles {
+            feeders: [FEEDER].into(),
+            workers: [20].into(),
+        }
+    }
+
+    fn run(calls: &[CudaCall], timeline: &[TickSlice], waits: &[HostWait], span: u64) -> Found {
+        let index = TimelineIndex::new(timeline);
+        let waits = WaitIndex::new(waits);
+        let lookups = Lookups {
+            timeline,
+            index: &index,
+            waits: &waits,
+            link_gbps: 10.0,
+        };
+        find(calls, &roles(), &lookups, (0, span))
+    }
+
+    /// A step every 100 ms for 10 s: blocked 50 ms waiting for a batch, 10 ms of host work
+    /// and launches, then a 40 ms sync waiting for kernels. Ticks every 100 ms, aligned with
+    /// the steps.
+    fn steady() -> (Vec<CudaCall>, Vec<TickSlice>, Vec<HostWait>) {
+        let (mut calls, mut ticks, mut waits) = (Vec::new(), Vec::new(), Vec::new());
+        for i in 0..100u64 {
+            let t = i * 100 * MS;
+            calls.push(sync(t + 60 * MS, t + 100 * MS, "train.py:88"));
+            waits.push(HostWait {
+                tid: FEEDER,
+                pid: FEEDER,
+                start_ns: t + 60 * MS,
+                end_ns: t + 100 * MS,
+                kind: WaitKind::Kernel,
+                bytes: 0,
+                sync: true,
+                pinned_bytes: 0,
+                staged_ns: 0,
+                call: calls.len() - 1,
+            });
+            ticks.push(TickSlice {
+                start_ns: t,
+                end_ns: t + 100 * MS,
+                threads: vec![ThreadDelta {
+                    tid: FEEDER,
+                    on_cpu_ns: 50 * MS,
+                    runqueue_ns: 0,
+                    io_wait_ns: 0,
+                    blocked_ns: 50 * MS,
+                }],
+            });
+        }
+        (calls, ticks, waits)
+    }
+
+    #[test]
+    fn a_sync_every_100_ms_is_the_step() {
+        let (calls, ticks, waits) = steady();
+        let f = run(&calls, &ticks, &waits, 10_000 * MS);
+        let s = &f.steps;
+        assert_eq!(s.count, 100);
+        assert_eq!(f.ends_ns.len(), 100);
+        let t = s.step_ms.unwrap();
+        assert_eq!((t.p50, t.p90, t.p99), (100.0, 100.0, 100.0));
+        assert_eq!(s.found_by, "cuStreamSynchronize at train.py:88");
+        assert_eq!(s.per_sec, Some(10.0));
+        let split = s.split_ms.unwrap();
+        assert!((split.total() - 100.0).abs() < 1e-6, "{split:?}");
+        assert_eq!(split.input_wait, 50.0);
+        assert_eq!(split.gpu, 40.0);
+        assert_eq!(split.host, 10.0);
+        assert_eq!((split.copy, split.collective), (0.0, 0.0));
+        assert_eq!(split.dominant(), "input_wait");
+        assert_eq!(
+            s.describe(),
+            "100, 100 ms p50 (p90 100, p99 100), found by cuStreamSynchronize at train.py:88; \
+             per step: input wait 50 ms, copy 0.0 ms, host 10 ms, gpu 40 ms, collective 0.0 ms"
+        );
+    }
+
+    #[test]
+    fn the_split_adds_up_to_the_step_when_waits_overlap_off_cpu_time() {
+        let (calls, mut ticks, waits) = steady();
+        // The feeder slept through its syncs too: blocked 90 ms of each 100.
+        for t in &mut ticks {
+            t.threads[0].blocked_ns = 90 * MS;
+            t.threads[0].on_cpu_ns = 10 * MS;
+        }
+        let f = run(&calls, &ticks, &waits, 10_000 * MS);
+        let split = f.steps.split_ms.unwrap();
+        // 90 ms off-CPU beside 40 ms of sync in 100: at least 30 ms of it was in the sync.
+        assert_eq!(split.input_wait, 60.0);
+        assert_eq!(split.gpu, 40.0);
+        assert_eq!(split.host, 0.0);
+        assert!((split.total() - f.steps.step_ms.unwrap().p50).abs() < 1e-6);
+    }
+
+    #[test]
+    fn a_sync_behind_a_copy_waits_for_the_copy_only_as_long_as_the_link_needs() {
+        let (calls, ticks, mut waits) = steady();
+        // Each sync waited for a 10 MB pinned copy, then the kernels after it: at 10 GB/s
+        // the copy took 1 ms of the 40.
+        for w in &mut waits {
+            w.kind = WaitKind::PinnedCopy;
+            w.pinned_bytes = 10_000_000;
+            w.bytes = 10_000_000;
+        }
+        let f = run(&calls, &ticks, &waits, 10_000 * MS);
+        let split = f.steps.split_ms.unwrap();
+        assert_eq!((split.copy, split.gpu), (1.0, 39.0), "{split:?}");
+        assert!((split.total() - 100.0).abs() < 1e-6, "{split:?}");
+    }
+
+    #[test]
+    fn the_busiest_steady_call_site_wins_and_ties_go_to_the_longer_wait() {
+        let (mut calls, ticks, waits) = steady();
+        // `.item()`'s 4-byte copy right after each sync: as many calls, less time.
+        let copies: Vec<CudaCall> = calls
+            .iter()
+            .map(|c| CudaCall {
+                start_ns: c.end_ns,
+                end_ns: c.end_ns + 10_000,
+                api: "cuMemcpyDtoH_v2".into(),
+                op: CudaOp::Copy {
+                    dir: CopyDir::DeviceToHost,
+                    dst: 0,
+                    src: 0,
+                    bytes: 4,
+                    stream: 0,
+                    asynchronous: false,
+                },
+                ..c.clone()
+            })
+            .collect();
+        calls.extend(copies);
+        calls.sort_by_key(|c| c.start_ns);
+        let f = run(&calls, &ticks, &waits, 10_000 * MS);
+        assert_eq!(f.steps.found_by, "cuStreamSynchronize at train.py:88");
+        // Another thread's syncs are not the feeder's.
+        let other: Vec<CudaCall> = calls
+            .iter()
+            .map(|c| CudaCall {
+                tid: 99,
+                ..c.clone()
+            })
+            .collect();
+        let f = run(&other, &ticks, &waits, 10_000 * MS);
+        assert_eq!(f.steps.count, 0);
+    }
+
+    #[test]
+    fn sparse_jittery_calls_are_no_steady_step() {
+        // An inference server: requests at irregular times, 1 ms syncs.
+        let at = [
+            100, 130, 2_000, 2_010, 2_020, 5_000, 5_005, 9_000, 9_500, 9_990,
+        ];
+        let calls: Vec<CudaCall> = at
+            .iter()
+            .map(|&t| sync(t * MS, (t + 1) * MS, "serve.py:12"))
+            .collect();
+        let f = run(&calls, &[], &[], 10_000 * MS);
+        assert_eq!(f.steps.count, 0);
+        assert!(f.steps.step_ms.is_none() && f.steps.split_ms.is_none());
+        assert!(f.steps.found_by.starts_with("no steady step"), "{f:?}");
+        // Too few calls.
+        let f = run(&calls[..3], &[], &[], 10_000 * MS);
+        assert!(f.steps.found_by.contains("at most 3"), "{f:?}");
+        // Steady, but over a tenth of the time only.
+        let brief: Vec<CudaCall> = (0..10)
+            .map(|i| sync(i * 100 * MS, i * 100 * MS + MS, "x"))
+            .collect();
+        let f = run(&brief, &[], &[], 10_000 * MS);
+        assert_eq!(f.steps.count, 0, "{f:?}");
+        // Nothing at all.
+        let f = run(&[], &[], &[], 10_000 * MS);
+        assert_eq!(
+            f.steps.found_by,
+            "no steady step: the feeder made no blocking CUDA call"
+        );
+    }
+
+    #[test]
+    fn no_steady_step_writes_only_the_count_and_why() {
+        let f = run(&[], &[], &[], 10_000 * MS);
+        let v = serde_json::to_value(&f.steps).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({
+                "count": 0,
+                "found_by": "no steady step: the feeder made no blocking CUDA call"
+            })
+        );
+        let back: Steps = serde_json::from_value(v).unwrap();
+        assert_eq!(back, f.steps);
+    }
+}
