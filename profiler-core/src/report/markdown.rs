@@ -70,6 +70,9 @@ fn write_report(report: &Report<'_>, level: usize, w: &mut dyn Write) -> io::Res
     for g in &attr.gpus {
         let name = a.gpus.get(&g.gpu).map_or("", |t| t.info.name.as_str());
         writeln!(w, "\n{h}# GPU {} {}\n", g.gpu, cell(name))?;
+        if let Some(steps) = &g.steps {
+            writeln!(w, "**Steps:** {}\n", steps.describe())?;
+        }
         writeln!(w, "| time | seconds | of GPU time |")?;
         writeln!(w, "|---|---:|---:|")?;
         let working = g.busy_ns.saturating_sub(g.waiting_ns);

@@ -6,7 +6,9 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::analysis::model::{Analysis, GpuTimeline};
-use crate::attribution::{Attribution, CauseEvidence, GpuWaiting, SecondLabel, Stall, Verdict};
+use crate::attribution::{
+    Attribution, CauseEvidence, GpuWaiting, SecondLabel, Stall, Steps, Verdict,
+};
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -36,6 +38,9 @@ pub struct JsonGpu<'a> {
     pub sm_active_pct: Option<f64>,
     /// The dominant cause of each second of the recording.
     pub seconds: Cow<'a, [SecondLabel]>,
+    /// The feeder's training steps; absent when no probe watched it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub steps: Option<Cow<'a, Steps>>,
 }
 
 pub fn json_gpus<'a>(a: &'a Analysis, attribution: Option<&'a Attribution>) -> Vec<JsonGpu<'a>> {
@@ -72,6 +77,7 @@ pub fn json_gpus<'a>(a: &'a Analysis, attribution: Option<&'a Attribution>) -> V
                 pcie_max_width: info.map_or(0, |i| i.pcie_max_width),
                 sm_active_pct: a.gpus.get(&g.gpu).and_then(GpuTimeline::mean_sm_active),
                 seconds: Cow::Borrowed(&g.seconds),
+                steps: g.steps.as_ref().map(Cow::Borrowed),
             }
         })
         .collect()

@@ -60,6 +60,9 @@ pub fn write_text<W: Write>(report: &Report<'_>, w: &mut W) -> io::Result<()> {
         if let Some(wt) = g.waiting.as_ref().filter(|_| g.waiting_ns > 0) {
             writeln!(w, "  waiting told from work by {}", wt.note)?;
         }
+        if let Some(steps) = &g.steps {
+            writeln!(w, "  steps: {}", steps.describe())?;
+        }
         let mut causes: Vec<(&Cause, &u64)> =
             g.idle_by_cause.iter().filter(|(_, ns)| **ns > 0).collect();
         causes.sort_by(|x, y| y.1.cmp(x.1));
