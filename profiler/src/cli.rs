@@ -4,6 +4,11 @@ use std::{path::PathBuf, time::Duration};
 use clap::{Args, Parser, Subcommand};
 use profiler_core::Format;
 
+use crate::plan::{
+    AgentPlan, CheckPlan, DiffPlan, DoctorPlan, Outputs, Rates, RecordingPlan, Running, Signals,
+    Since, SwitchHookChoice, Targets, Unwind,
+};
+
 #[derive(Debug, Parser)]
 #[command(
     name = "stallscope",
@@ -97,13 +102,6 @@ pub struct DoctorArgs {
         hide = true
     )]
     pub driver_version_file: PathBuf,
-}
-
-/// Which kernel log lines doctor reads.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Since {
-    Boot,
-    Last(Duration),
 }
 
 fn parse_since(s: &str) -> Result<Since, String> {
@@ -254,8 +252,8 @@ pub struct RecordArgs {
     /// from that copy with each object's DWARF CFI (.eh_frame), so code built without frame
     /// pointers (CPython, libtorch, Rust release builds) does not end the stack. `fp`: frame
     /// pointers only.
-    #[arg(long, value_enum, default_value_t = UnwindMode::Dwarf)]
-    pub unwind: UnwindMode,
+    #[arg(long, value_enum, default_value_t = Unwind::Dwarf)]
+    pub unwind: Unwind,
     /// How the tracked threads' context switches are seen. `tracepoint`: `sched_switch`,
     /// whose program runs on every switch of the host, tracked or not (measured: 3.4% off an
     /// unrelated ping-pong, 9.6% off a traced one). `per-thread`: a context-switch perf
@@ -267,8 +265,8 @@ pub struct RecordArgs {
     /// (and the others over 1,000/s); it keeps measuring at each tick, moves to the
     /// tracepoint at the first tick where the target passes 8%, and back once it stays under
     /// 5% for 1 s (doubled by each move back, up to 64 s). Each move is said on stderr.
-    #[arg(long, value_enum, env = "STALLSCOPE_SWITCH_HOOK", default_value_t = SwitchHookArg::Auto)]
-    pub switch_hook: SwitchHookArg,
+    #[arg(long, value_enum, env = "STALLSCOPE_SWITCH_HOOK", default_value_t = SwitchHookChoice::Auto)]
+    pub switch_hook: SwitchHookChoice,
     /// Leave out the Python frames. By default the stacks of CPython processes (3.8 to 3.13)
     /// carry their Python frames (function, file, line) in place of the interpreter loop's.
     #[arg(long)]
@@ -290,56 +288,104 @@ pub struct ReportArgs {
     pub out: OutputArgs,
 }
 
-impl OutputArgs {
-    /// The report's format on stdout: JSON when asked for, else Markdown when asked for,
-    /// else text.
-    pub fn format(&self) -> Format {
-        if self.json || self.format.contains(&Format::Json) {
-            Format::Json
-        } else if self.format.contains(&Format::Markdown) {
-            Format::Markdown
-        } else {
-            Format::Text
+impl From<OutputArgs> for Outputs {
+    fn from(a: OutputArgs) -> Self {
+        let mut formats = a.format;
+        if a.json {
+            formats.push(Format::Json);
+        }
+        Outputs {
+            formats,
+            dir: a.flamegraph_dir,
+            flamegraphs: !a.no_flamegraphs,
         }
     }
+}
 
-    pub fn wants(&self, f: Format) -> bool {
-        self.format.contains(&f)
-    }
-
-    /// The formats written to files, each once.
-    pub fn file_formats(&self) -> Vec<Format> {
-        let mut files: Vec<Format> = self
-            .format
-            .iter()
-            .copied()
-            .filter(|f| matches!(f.destination(), profiler_core::Destination::File { .. }))
-            .collect();
-        files.sort();
-        files.dedup();
-        files
-    }
-
-    /// Where the flame graphs and timeline files of `recording` go.
-    pub fn dir_for(&self, recording: &std::path::Path) -> PathBuf {
-        self.flamegraph_dir
-            .clone()
-            .or_else(|| recording.parent().map(std::path::Path::to_path_buf))
-            .unwrap_or_else(|| PathBuf::from("."))
+impl From<RecordArgs> for RecordingPlan {
+    fn from(a: RecordArgs) -> Self {
+        let targets = if a.command.is_empty() {
+            Targets::Running(Running {
+                pids: a.pids,
+                all_gpu_processes: a.all_gpu_processes,
+            })
+        } else {
+            Targets::Launch(a.command)
+        };
+        RecordingPlan {
+            targets,
+            duration: a.duration,
+            recording: a.output,
+            segment: a.segment,
+            signals: Signals {
+                gpu: !a.no_gpu,
+                nvml_lib: a.nvml_lib,
+                cuda_probes: !a.no_cuda_probes,
+                python: !a.no_python,
+                unwind: a.unwind,
+                switch_hook: a.switch_hook,
+            },
+            rates: Rates {
+                sample_hz: a.rate,
+                tick: a.tick,
+                offcpu_interval: a.offcpu_interval,
+                launch_duty: a.launch_duty,
+                max_threads: a.max_threads,
+            },
+            outputs: a.out.into(),
+        }
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum SwitchHookArg {
-    Auto,
-    Tracepoint,
-    PerThread,
+impl From<AgentArgs> for AgentPlan {
+    fn from(a: AgentArgs) -> Self {
+        AgentPlan {
+            listen: a.listen,
+            targets: Running {
+                pids: a.pids,
+                all_gpu_processes: a.all_gpu_processes,
+            },
+            nvml_lib: a.nvml_lib,
+            segment: a.segment,
+            flamegraphs: a.flamegraphs,
+        }
+    }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum UnwindMode {
-    Dwarf,
-    Fp,
+impl From<DiffArgs> for DiffPlan {
+    fn from(a: DiffArgs) -> Self {
+        DiffPlan {
+            base: a.base,
+            new: a.new,
+            thresholds: a.thresholds,
+            format: a.format,
+            flamegraph_dir: a.flamegraph_dir,
+            flamegraphs: !a.no_flamegraphs,
+        }
+    }
+}
+
+impl From<CheckArgs> for CheckPlan {
+    fn from(a: CheckArgs) -> Self {
+        CheckPlan {
+            run: a.run,
+            budget: a.budget,
+            format: a.format,
+        }
+    }
+}
+
+impl From<DoctorArgs> for DoctorPlan {
+    fn from(a: DoctorArgs) -> Self {
+        DoctorPlan {
+            pid: a.pid,
+            format: a.format,
+            nvml_lib: a.nvml_lib,
+            kernel_log_since: a.kernel_log_since,
+            trend: a.trend,
+            driver_version_file: a.driver_version_file,
+        }
+    }
 }
 
 /// A parser for one of a format's `names`, listed in `--help`, into what `FromStr` makes of it.
@@ -410,7 +456,7 @@ mod tests {
         assert_eq!(r.pids, [42, 43]);
         assert_eq!(r.duration, Some(Duration::from_secs(2)));
         assert_eq!(r.output.as_deref(), Some(std::path::Path::new("x.rec")));
-        assert_eq!(r.out.format(), Format::Json);
+        assert_eq!(Outputs::from(r.out).stdout(), Format::Json);
         assert_eq!(r.rate, 99);
     }
 
@@ -460,13 +506,13 @@ mod tests {
             panic!("not report")
         };
         assert_eq!(r.files, [PathBuf::from("a.rec")]);
-        assert_eq!(r.out.format(), Format::Json);
+        assert_eq!(Outputs::from(r.out).stdout(), Format::Json);
     }
 
     #[test]
     fn format_by_name_with_json_as_an_alias() {
         let format = |args: &[&str]| match parse(args).map(|c| c.command) {
-            Ok(Command::Report(r)) => Ok(r.out.format()),
+            Ok(Command::Report(r)) => Ok(Outputs::from(r.out).stdout()),
             Ok(_) => panic!("not report"),
             Err(e) => Err(e.kind()),
         };
@@ -499,9 +545,10 @@ mod tests {
         else {
             panic!("not report")
         };
-        assert!(r.out.wants(Format::Perfetto) && r.out.wants(Format::Html));
-        assert_eq!(r.out.format(), Format::Text);
-        assert_eq!(r.out.file_formats(), [Format::Html, Format::Perfetto]);
+        let out = Outputs::from(r.out);
+        assert!(out.wants(Format::Perfetto) && out.wants(Format::Html));
+        assert_eq!(out.stdout(), Format::Text);
+        assert_eq!(out.file_formats(), [Format::Html, Format::Perfetto]);
         assert_eq!(
             format(&["report", "a.rec", "--format", "markdown,html"]),
             Ok(Format::Markdown)
@@ -529,6 +576,97 @@ mod tests {
             invalid
         );
         assert_eq!(kind(&["doctor", "--format", "markdown"]), invalid);
+    }
+
+    fn plan_of(args: &[std::ffi::OsString]) -> RecordingPlan {
+        let cli =
+            Cli::try_parse_from(std::iter::once("stallscope".into()).chain(args.iter().cloned()))
+                .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+        let Command::Record(r) = cli.command else {
+            panic!("not record")
+        };
+        r.into()
+    }
+
+    /// The plan's defaults are the flags' defaults: a plan built in code (the agent's) records
+    /// what the same flags would.
+    #[test]
+    fn a_plan_defaults_to_what_the_flags_default_to() {
+        let plan = plan_of(&["record".into(), "-p".into(), "7".into()]);
+        assert_eq!(
+            plan,
+            RecordingPlan::new(Targets::Running(Running {
+                pids: vec![7],
+                all_gpu_processes: false
+            }))
+        );
+    }
+
+    /// A plan written as a command line reads back as the same plan, every setting changed
+    /// from its default included: the agent's recorders get exactly the plan it made.
+    #[test]
+    fn a_plan_reads_back_from_its_command_line() {
+        let changed = RecordingPlan {
+            targets: Targets::Running(Running {
+                pids: vec![3, 5],
+                all_gpu_processes: true,
+            }),
+            duration: Some(Duration::from_millis(2500)),
+            recording: Some(PathBuf::from("/tmp/dir with space/x.rec")),
+            segment: Some(Duration::from_secs(15)),
+            signals: Signals {
+                gpu: false,
+                nvml_lib: Some(PathBuf::from("/opt/libnvidia-ml.so.1")),
+                cuda_probes: false,
+                python: false,
+                unwind: Unwind::Fp,
+                switch_hook: SwitchHookChoice::PerThread,
+            },
+            rates: Rates {
+                sample_hz: 0,
+                tick: Duration::from_millis(20),
+                offcpu_interval: Duration::from_micros(2500),
+                launch_duty: 1.5,
+                max_threads: 100,
+            },
+            outputs: Outputs {
+                formats: vec![Format::Json, Format::Html, Format::Perfetto],
+                dir: Some(PathBuf::from("graphs")),
+                flamegraphs: false,
+            },
+        };
+        let launched = RecordingPlan::new(Targets::Launch(vec![
+            "python".into(),
+            "train.py".into(),
+            "--epochs".into(),
+            "1".into(),
+        ]));
+        for plan in [
+            changed,
+            launched,
+            RecordingPlan::new(Targets::Running(Running {
+                pids: vec![9],
+                all_gpu_processes: false,
+            })),
+        ] {
+            assert_eq!(plan_of(&plan.command_line()), plan);
+        }
+        let agent = AgentPlan {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            targets: Running::default(),
+            nvml_lib: Some(PathBuf::from("/x/libnvidia-ml.so")),
+            segment: Duration::from_secs(15),
+            flamegraphs: Duration::from_secs(600),
+        };
+        let recorder = agent.recorder(vec![11, 12], std::path::Path::new("/scratch/r1"));
+        assert_eq!(plan_of(&recorder.command_line()), recorder);
+        assert_eq!(recorder.outputs.stdout(), Format::Json);
+        assert_eq!(
+            recorder
+                .outputs
+                .dir_for(std::path::Path::new("/scratch/r1/segment.rec")),
+            PathBuf::from("/scratch/r1")
+        );
     }
 
     #[test]

@@ -22,8 +22,8 @@ use profiler_core::{
 };
 
 use crate::{
-    cli::{CheckArgs, DiffArgs},
     owner,
+    plan::{CheckPlan, DiffPlan},
 };
 
 /// The file at `path`, opened once (it may be a pipe), and whether it is a recording: its
@@ -90,7 +90,7 @@ fn read_side(path: &Path) -> Result<Vec<Run>, InputError> {
     paths.iter().map(|p| read_run(p)).collect()
 }
 
-pub fn run_diff(args: &DiffArgs) -> anyhow::Result<i32> {
+pub fn run_diff(args: &DiffPlan) -> anyhow::Result<i32> {
     let thresholds = Thresholds::parse(&args.thresholds).map_err(anyhow::Error::msg)?;
     // One side after the other: each recording's model is freed once its run is read, so
     // `diff` needs no more memory than one `report` (loading both at once took 3.7 times as
@@ -101,7 +101,7 @@ pub fn run_diff(args: &DiffArgs) -> anyhow::Result<i32> {
     let mut stdout = std::io::stdout().lock();
     write_diff(&report, args.format, &mut stdout).context("writing the diff")?;
     drop(stdout);
-    if !args.no_flamegraphs {
+    if args.flamegraphs {
         let causes: Vec<&str> = report.changes.iter().map(|c| c.cause.as_str()).collect();
         for path in differential_graphs(&base, &new, &causes, args)? {
             eprintln!("stallscope: wrote {}", path.display());
@@ -145,7 +145,7 @@ fn differential_graphs(
     base: &[Run],
     new: &[Run],
     causes: &[&str],
-    args: &DiffArgs,
+    args: &DiffPlan,
 ) -> anyhow::Result<Vec<PathBuf>> {
     let dir = args.flamegraph_dir.clone().unwrap_or_else(|| {
         if args.new.is_dir() {
@@ -194,7 +194,7 @@ fn differential_graphs(
     Ok(written)
 }
 
-pub fn run_check(args: &CheckArgs) -> anyhow::Result<i32> {
+pub fn run_check(args: &CheckPlan) -> anyhow::Result<i32> {
     let name = args.budget.display().to_string();
     let text = std::fs::read_to_string(&args.budget)
         .map_err(|e| InputError::new(&name, format!("cannot read it: {e}")))?;

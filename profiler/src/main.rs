@@ -4,8 +4,10 @@ mod capture;
 mod cli;
 mod doctor;
 mod gate;
+mod nvml_reader;
 mod output;
 mod owner;
+mod plan;
 mod privileges;
 mod recorder;
 mod spawn;
@@ -19,12 +21,15 @@ fn main() {
     let cli = cli::Cli::parse();
     // diff and check promise 2 for every error, their 1 meaning a regression.
     let (result, error_code) = match cli.command {
-        cli::Command::Record(args) => (recorder::run(args), 1),
-        cli::Command::Report(args) => (output::render_many(&args.files, &args.out).map(|()| 0), 1),
-        cli::Command::Diff(args) => (gate::run_diff(&args), 2),
-        cli::Command::Check(args) => (gate::run_check(&args), 2),
-        cli::Command::Doctor(args) => (doctor::run(&args), 3),
-        cli::Command::Agent(args) => (agent::run(&args), 1),
+        cli::Command::Record(args) => (recorder::run(&args.into()), 1),
+        cli::Command::Report(args) => (
+            output::render_many(&args.files, &args.out.into()).map(|()| 0),
+            1,
+        ),
+        cli::Command::Diff(args) => (gate::run_diff(&args.into()), 2),
+        cli::Command::Check(args) => (gate::run_check(&args.into()), 2),
+        cli::Command::Doctor(args) => (doctor::run(&args.into()), 3),
+        cli::Command::Agent(args) => (agent::run(&args.into()), 1),
     };
     match result {
         Ok(code) => std::process::exit(code),

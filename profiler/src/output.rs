@@ -16,7 +16,7 @@ use profiler_core::{
     report::{flamegraph as folded, json},
 };
 
-use crate::{cli::OutputArgs, owner, timeline_files};
+use crate::{owner, plan::Outputs, timeline_files};
 use profiler_core::report::html::Flamegraph;
 
 /// What drawing the flame graphs made: the files, and for an HTML report, each graph again
@@ -35,10 +35,10 @@ impl Drawn {
 }
 
 /// What the outputs `out` asks for need kept past the attribution.
-fn keep(out: &OutputArgs) -> Keep {
+fn keep(out: &Outputs) -> Keep {
     Keep {
-        timeline: timeline_files::wanted(out),
-        cause_stacks: !out.no_flamegraphs,
+        timeline: out.draws_timeline(),
+        cause_stacks: out.flamegraphs,
     }
 }
 
@@ -77,7 +77,7 @@ fn say_written(drawn: &anyhow::Result<Drawn>) {
 
 /// Several recordings of one job (one per host): each one's report, then the ranks across
 /// all of them.
-pub fn render_many(recordings: &[PathBuf], out: &OutputArgs) -> anyhow::Result<()> {
+pub fn render_many(recordings: &[PathBuf], out: &Outputs) -> anyhow::Result<()> {
     if let [one] = recordings {
         return render(one, out);
     }
@@ -111,7 +111,7 @@ pub fn render_many(recordings: &[PathBuf], out: &OutputArgs) -> anyhow::Result<(
     let mut stdout = stdout.lock();
     stdout_renderer(out)?.render(&Inputs::report(Subject::Job(&job)), &mut stdout)?;
     stdout.flush()?;
-    if timeline_files::wanted(out) {
+    if out.draws_timeline() {
         let lanes: Vec<_> = analyzed
             .iter()
             .zip(events)
@@ -128,7 +128,7 @@ pub fn render_many(recordings: &[PathBuf], out: &OutputArgs) -> anyhow::Result<(
     drawn
 }
 
-fn flamegraph_place(recording: &Path, out: &OutputArgs) -> (PathBuf, String) {
+fn flamegraph_place(recording: &Path, out: &Outputs) -> (PathBuf, String) {
     let dir = out.dir_for(recording);
     let stem = recording
         .file_stem()
@@ -139,20 +139,20 @@ fn flamegraph_place(recording: &Path, out: &OutputArgs) -> (PathBuf, String) {
 
 /// The report on stdout, and the flame graphs. The report comes even when a flame graph cannot
 /// be written (a full disk); the error, naming the file, comes after it.
-pub fn render(recording: &Path, out: &OutputArgs) -> anyhow::Result<()> {
+pub fn render(recording: &Path, out: &Outputs) -> anyhow::Result<()> {
     render_one(recording, out, None)
 }
 
 /// As [`render`], for segment `number` of `record --segment`, while the recording goes on:
 /// the report comes under a line naming the segment, or in JSON as
 /// `{"segment": N, "recording": PATH, "report": {...}}`, one such document per segment.
-pub fn render_segment(recording: &Path, out: &OutputArgs, number: u32) -> anyhow::Result<()> {
+pub fn render_segment(recording: &Path, out: &Outputs, number: u32) -> anyhow::Result<()> {
     render_one(recording, out, Some(number))
 }
 
 /// The renderer of `out`'s stdout format.
-fn stdout_renderer(out: &OutputArgs) -> anyhow::Result<&'static dyn profiler_core::Render> {
-    let format = out.format();
+fn stdout_renderer(out: &Outputs) -> anyhow::Result<&'static dyn profiler_core::Render> {
+    let format = out.stdout();
     format
         .renderer()
         .with_context(|| format!("this stallscope was built without the {format} format"))
@@ -160,12 +160,12 @@ fn stdout_renderer(out: &OutputArgs) -> anyhow::Result<&'static dyn profiler_cor
 
 fn write_segment(
     report: &Report,
-    out: &OutputArgs,
+    out: &Outputs,
     number: u32,
     recording: &Path,
     w: &mut dyn Write,
 ) -> anyhow::Result<()> {
-    if out.format() == Format::Json {
+    if out.stdout() == Format::Json {
         json::write_segment(report, number, &recording.display().to_string(), w)?;
     } else {
         writeln!(w, "=== segment {number}: {} ===", recording.display())?;
@@ -174,7 +174,7 @@ fn write_segment(
     Ok(())
 }
 
-fn render_one(recording: &Path, out: &OutputArgs, segment: Option<u32>) -> anyhow::Result<()> {
+fn render_one(recording: &Path, out: &Outputs, segment: Option<u32>) -> anyhow::Result<()> {
     let loaded = load(recording)?;
     let calibration = pipeline::calibrate(&[&loaded]);
     let (mut analyzed, drawn) = attribute_and_draw(loaded, recording, out, &calibration);
@@ -221,12 +221,12 @@ fn render_one(recording: &Path, out: &OutputArgs, segment: Option<u32>) -> anyho
 fn attribute_and_draw(
     loaded: Loaded,
     recording: &Path,
-    out: &OutputArgs,
+    out: &Outputs,
     calibration: &Calibration,
 ) -> (Analyzed, anyhow::Result<Drawn>) {
     let (dir, stem) = flamegraph_place(recording, out);
     let keep = keep(out);
-    if out.no_flamegraphs {
+    if !out.flamegraphs {
         let (analyzed, ()) = pipeline::attribute(loaded, calibration, keep, |_| ());
         return (analyzed, Ok(Drawn::default()));
     }

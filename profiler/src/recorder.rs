@@ -1,5 +1,5 @@
 //! `stallscope record`: everything between the command line and a finished recording.
-use std::path::PathBuf;
+use std::{collections::BTreeSet, path::PathBuf};
 
 use aya::maps::RingBuf;
 use profiler_common::{Config, ThreadStats};
@@ -8,34 +8,43 @@ use profiler_core::recording::record::{EndReason, Meta, Record};
 use crate::{
     capture::{
         clock::monotonic_ns,
+        decode::Decoder,
         gpu,
+        kernel::slots::Slots,
         kernel::{
             loader::{self, SwitchHook},
             offsets, switch_choice,
             switch_control::SwitchControl,
         },
+        probes::{
+            cuda::{CudaProbes, LaunchDuty},
+            dlopen::DlopenWatch,
+        },
         proc::target,
         recording_file::{RecordingFile, WriteFailed},
         segment_files::SegmentFiles,
-        session,
+        session::{self, Session},
         sink::{Sink, write_process},
         stacks::{FramePointers, Unwinding},
     },
-    cli::{RecordArgs, UnwindMode},
-    output, privileges, spawn,
+    output,
+    plan::{RecordingPlan, SwitchHookChoice, Targets, Unwind},
+    privileges, spawn,
 };
 
-fn default_output(args: &RecordArgs, root: u32) -> PathBuf {
+fn default_output(plan: &RecordingPlan, root: u32) -> PathBuf {
     let secs = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0);
-    let name = args
-        .command
-        .first()
-        .and_then(|c| std::path::Path::new(c).file_name())
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| root.to_string());
+    let name = match &plan.targets {
+        Targets::Launch(command) => command
+            .first()
+            .and_then(|c| std::path::Path::new(c).file_name())
+            .map(|n| n.to_string_lossy().into_owned()),
+        Targets::Running(_) => None,
+    }
+    .unwrap_or_else(|| root.to_string());
     PathBuf::from(format!("stallscope-{name}-{secs}.rec"))
 }
 
@@ -46,75 +55,112 @@ fn unix_ns() -> u64 {
         .unwrap_or(0)
 }
 
-pub fn run(args: RecordArgs) -> anyhow::Result<i32> {
+/// Records `plan` in four steps: attach the programs and probes to the targets, open the
+/// recording and write what is known at the start, run until the plan's end, and finish (the
+/// launched command's status, the report, the probes removed). Returns the exit status.
+pub fn run(plan: &RecordingPlan) -> anyhow::Result<i32> {
+    if let Some(every) = plan.segment {
+        anyhow::ensure!(
+            every >= std::time::Duration::from_secs(1),
+            "--segment {every:?} is shorter than a second"
+        );
+    }
+    let attached = attach(plan)?;
+    let opened = open(plan, attached)?;
+    let ran = opened.run(plan)?;
+    finish(plan, ran)
+}
+
+/// The programs loaded and attached to the targets, the clock started: nothing written yet.
+struct Attached {
+    launched: Option<spawn::Launched>,
+    /// The processes asked for (a launched command's).
+    roots: Vec<u32>,
+    /// Those and their descendants.
+    tree: BTreeSet<u32>,
+    seeds: Vec<target::SeedThread>,
+    ebpf: aya::Ebpf,
+    ring: RingBuf<aya::maps::MapData>,
+    slots: Slots,
+    decoder: Decoder,
+    probes: CudaProbes,
+    dlopen: DlopenWatch,
+    /// The CUDA libraries found mapped at attach.
+    early: Vec<Record>,
+    /// The signals this recording lacks, with why.
+    unavailable: Vec<(String, String)>,
+    switches: SwitchControl,
+    start_ns: u64,
+}
+
+/// The processes `plan` traces, a launched command started (held before its first
+/// instruction until released).
+fn targets(plan: &RecordingPlan) -> anyhow::Result<(Option<spawn::Launched>, Vec<u32>)> {
+    let running = match &plan.targets {
+        Targets::Launch(command) => {
+            let launched = spawn::spawn(command)?;
+            let pid = launched.pid;
+            return Ok((Some(launched), vec![pid]));
+        }
+        Targets::Running(r) => r,
+    };
+    let chosen = running.choose(plan.signals.nvml_lib.clone())?;
+    for (pid, why) in &chosen.skipped {
+        eprintln!("stallscope: --all-gpu-processes: skipping PID {pid}: {why}");
+    }
+    anyhow::ensure!(
+        !chosen.pids.is_empty(),
+        "--all-gpu-processes: every GPU process on this host belongs to another user \
+         (PIDs {})",
+        chosen
+            .skipped
+            .iter()
+            .map(|(p, _)| p.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    Ok((None, chosen.pids))
+}
+
+fn attach(plan: &RecordingPlan) -> anyhow::Result<Attached> {
     privileges::check()?;
+    let signals = &plan.signals;
     let layout = offsets::read_layout()?;
     for (signal, reason) in &layout.missing {
         eprintln!("stallscope: warning: {signal} unavailable: {reason}");
     }
-    let mut launched = if args.command.is_empty() {
-        None
-    } else {
-        Some(spawn::spawn(&args.command)?)
-    };
-    let roots: Vec<u32> = match &launched {
-        Some(l) => vec![l.pid],
-        None if args.all_gpu_processes => {
-            let (mut pids, skipped) = privileges::split_traceable(
-                privileges::caller_uid(),
-                &gpu::all_gpu_processes(args.nvml_lib.clone())?,
-            );
-            for (pid, why) in &skipped {
-                eprintln!("stallscope: --all-gpu-processes: skipping PID {pid}: {why}");
-            }
-            pids.extend(&args.pids);
-            pids.sort_unstable();
-            pids.dedup();
-            anyhow::ensure!(
-                !pids.is_empty(),
-                "--all-gpu-processes: every GPU process on this host belongs to another user \
-                 (PIDs {})",
-                skipped
-                    .iter()
-                    .map(|(p, _)| p.to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            );
-            pids
-        }
-        None => args.pids.clone(),
-    };
+    let (launched, roots) = targets(plan)?;
     let tree = target::process_tree(&roots, privileges::caller_uid())?;
     let config = Config {
-        offcpu_sample_interval_ns: args.offcpu_interval.as_nanos() as u64,
+        offcpu_sample_interval_ns: plan.rates.offcpu_interval.as_nanos() as u64,
         // SAFETY: sysconf has no preconditions.
         page_size: unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u64,
-        copy_user_stack: u32::from(args.unwind == UnwindMode::Dwarf),
-        python_stacks: u32::from(!args.no_python),
+        copy_user_stack: u32::from(signals.unwind == Unwind::Dwarf),
+        python_stacks: u32::from(signals.python),
     };
     let mut skip: Vec<String> = layout.missing.iter().map(|(s, _)| s.clone()).collect();
-    if args.no_cuda_probes {
+    if !signals.cuda_probes {
         skip.push("cuda".into());
     }
     // The kernel's symbols load before attaching (see `Namer::load_kernel_symbols`), on this
     // thread (a symbolizer stays on the thread that made it) while another loads the programs.
     let offsets = layout.offsets;
-    let max_threads = args.max_threads;
+    let max_threads = plan.rates.max_threads;
     let loading = std::thread::spawn(move || loader::load(&offsets, &config, max_threads, &skip));
     // While the programs load: how often the target switches against the host.
     let hook_choice = {
-        let (arg, tree): (_, Vec<u32>) = (args.switch_hook, tree.iter().copied().collect());
+        let (choice, tree): (_, Vec<u32>) = (signals.switch_hook, tree.iter().copied().collect());
         // A move between hooks also needs each thread's count of its runs (see
         // `switch_hook::BOTH`).
         let possible = offsets.rq_clock != 0 && offsets.task_pcount != 0;
-        std::thread::spawn(move || choose_switch_hook(arg, possible, &tree))
+        std::thread::spawn(move || choose_switch_hook(choice, possible, &tree))
     };
-    let mut decoder = crate::capture::decode::Decoder::with_kernel_symbols(
-        match args.unwind {
-            UnwindMode::Dwarf => Unwinding::default(),
-            UnwindMode::Fp => Unwinding(Box::new(FramePointers)),
+    let mut decoder = Decoder::with_kernel_symbols(
+        match signals.unwind {
+            Unwind::Dwarf => Unwinding::default(),
+            Unwind::Fp => Unwinding(Box::new(FramePointers)),
         },
-        args.unwind == UnwindMode::Dwarf,
+        signals.unwind == Unwind::Dwarf,
     );
     let mut ebpf = loading
         .join()
@@ -127,15 +173,15 @@ pub fn run(args: RecordArgs) -> anyhow::Result<i32> {
     // The CUDA and NCCL libraries the tree maps now are probed before the clock starts, so
     // that no moment of the recording has a feeder whose CUDA calls go unseen: the probes
     // record nothing for a thread until it is tracked.
-    let mut probes = crate::capture::probes::cuda::CudaProbes::new(&mut ebpf, !args.no_cuda_probes);
-    let mut dlopen = crate::capture::probes::dlopen::DlopenWatch::default();
+    let mut probes = CudaProbes::new(&mut ebpf, signals.cuda_probes);
+    let mut dlopen = DlopenWatch::default();
     let mut early = Vec::new();
     for &pid in &tree {
         let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
         early.extend(probes.scan(&mut ebpf, pid, &maps));
         dlopen.scan(&mut ebpf, pid, &maps);
         // Before the programs attach, so that the first samples carry their Python frames.
-        if !args.no_python {
+        if signals.python {
             decoder.python.scan(&mut ebpf, pid, Some(&maps));
         }
     }
@@ -155,21 +201,18 @@ pub fn run(args: RecordArgs) -> anyhow::Result<i32> {
         }],
         None => target::threads(&tree),
     };
-    let slots =
-        crate::capture::kernel::slots::Slots::seed(&mut ebpf, args.max_threads, &seeds, |s| {
-            ThreadStats {
-                tgid: s.pid,
-                state: s.state,
-                since_ns: start_ns,
-                off_state: profiler_common::state::ON_CPU,
-                run_delay_ns: s.run_delay_ns.unwrap_or(profiler_common::RUN_DELAY_UNKNOWN),
-                ..ThreadStats::default()
-            }
-        })?;
+    let slots = Slots::seed(&mut ebpf, plan.rates.max_threads, &seeds, |s| ThreadStats {
+        tgid: s.pid,
+        state: s.state,
+        since_ns: start_ns,
+        off_state: profiler_common::state::ON_CPU,
+        run_delay_ns: s.run_delay_ns.unwrap_or(profiler_common::RUN_DELAY_UNKNOWN),
+        ..ThreadStats::default()
+    })?;
     let mut unavailable = layout.missing.clone();
     unavailable.extend(loader::attach(
         &mut ebpf,
-        args.rate,
+        plan.rates.sample_hz,
         layout.submit_tracepoint,
     )?);
     for (signal, reason) in unavailable.iter().skip(layout.missing.len()) {
@@ -183,32 +226,55 @@ pub fn run(args: RecordArgs) -> anyhow::Result<i32> {
     let seed_tids: Vec<u32> = seeds.iter().map(|s| s.tid).collect();
     let switches = SwitchControl::start(&mut ebpf, hook, auto, &seed_tids)?;
     // Before any other thread starts: capability sets are per thread.
-    let kept = privileges::drop_after_attach(!args.no_cuda_probes)?;
+    let kept = privileges::drop_after_attach(signals.cuda_probes)?;
     log::info!("capabilities kept after attach: {kept:?}");
-    probes.start_launch_duty(
-        &mut ebpf,
-        crate::capture::probes::cuda::LaunchDuty::from_percent(args.launch_duty),
-    );
+    probes.start_launch_duty(&mut ebpf, LaunchDuty::from_percent(plan.rates.launch_duty));
+    Ok(Attached {
+        launched,
+        roots,
+        tree,
+        seeds,
+        ebpf,
+        ring,
+        slots,
+        decoder,
+        probes,
+        dlopen,
+        early,
+        unavailable,
+        switches,
+        start_ns,
+    })
+}
 
-    let path = args
-        .output
+/// The recording open, its start written, the session ready to run.
+struct Opened {
+    session: Session,
+    ring: RingBuf<aya::maps::MapData>,
+    launched: Option<spawn::Launched>,
+    path: PathBuf,
+    /// Reports each segment as it ends; says whether one failed.
+    segment_reports: Option<std::thread::JoinHandle<bool>>,
+}
+
+fn open(plan: &RecordingPlan, a: Attached) -> anyhow::Result<Opened> {
+    let path = plan
+        .recording
         .clone()
-        .unwrap_or_else(|| default_output(&args, roots[0]));
-    if let Some(every) = args.segment {
-        anyhow::ensure!(
-            every >= std::time::Duration::from_secs(1),
-            "--segment {every:?} is shorter than a second"
-        );
-    }
-    let mut writer: Box<dyn Sink> = match args.segment {
+        .unwrap_or_else(|| default_output(plan, a.roots[0]));
+    let mut writer: Box<dyn Sink> = match plan.segment {
         Some(_) => Box::new(SegmentFiles::create(&path)?),
         None => Box::new(RecordingFile::create(&path)?),
     };
     let shown = writer.segment().unwrap_or_else(|| path.clone());
+    let command = match &plan.targets {
+        Targets::Launch(command) => command.clone(),
+        Targets::Running(_) => Vec::new(),
+    };
     writer.write(&Record::Meta(Box::new(Meta {
-        target_pids: roots.clone(),
-        command: args.command.clone(),
-        start_ns,
+        target_pids: a.roots.clone(),
+        command,
+        start_ns: a.start_ns,
         start_unix_ns: unix_ns(),
         hostname: std::fs::read_to_string("/proc/sys/kernel/hostname")
             .unwrap_or_default()
@@ -218,55 +284,57 @@ pub fn run(args: RecordArgs) -> anyhow::Result<i32> {
             .unwrap_or_default()
             .trim()
             .to_string(),
-        sample_hz: args.rate,
-        tick_ns: args.tick.as_nanos() as u64,
+        sample_hz: plan.rates.sample_hz,
+        tick_ns: plan.rates.tick.as_nanos() as u64,
         stallscope_version: env!("CARGO_PKG_VERSION").to_string(),
     })))?;
     // SAFETY: sysconf has no preconditions.
     let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as u32;
     writer.write(&Record::Host { cpus })?;
-    for (signal, reason) in &unavailable {
+    for (signal, reason) in &a.unavailable {
         writer.write(&Record::Unavailable {
             signal: signal.clone(),
             reason: reason.clone(),
         })?;
     }
-    for &pid in &tree {
+    for &pid in &a.tree {
         let process = Record::Process {
-            ts_ns: start_ns,
+            ts_ns: a.start_ns,
             pid,
             ppid: target::ppid(pid),
             cmdline: target::cmdline(pid).unwrap_or_default(),
         };
         write_process(writer.as_mut(), &process)?;
     }
-    for s in &seeds {
+    for s in &a.seeds {
         writer.write(&Record::Thread {
-            ts_ns: start_ns,
+            ts_ns: a.start_ns,
             tid: s.tid,
             pid: s.pid,
             comm: target::comm(s.tid).unwrap_or_default(),
         })?;
     }
-    for r in &early {
+    for r in &a.early {
         writer.write(r)?;
     }
-    let pids = std::sync::Arc::new(std::sync::Mutex::new(tree));
-    let gpu = (!args.no_gpu)
-        .then(|| gpu::GpuSampler::start(args.nvml_lib.clone(), pids.clone(), start_ns));
-    let mut session = session::Session::new(ebpf, slots, decoder, writer, pids, gpu, probes);
-    session.switches = Some(switches);
-    session.python = !args.no_python;
-    session.dlopen = dlopen;
+    let pids = std::sync::Arc::new(std::sync::Mutex::new(a.tree));
+    let gpu = plan
+        .signals
+        .gpu
+        .then(|| gpu::GpuSampler::start(plan.signals.nvml_lib.clone(), pids.clone(), a.start_ns));
+    let mut session = Session::new(a.ebpf, a.slots, a.decoder, writer, pids, gpu, a.probes);
+    session.switches = Some(a.switches);
+    session.python = plan.signals.python;
+    session.dlopen = a.dlopen;
     // Each finished segment is reported on a thread of its own while the recording goes on.
-    let segment_reports = args.segment.map(|every| {
+    let segment_reports = plan.segment.map(|every| {
         let (done, finished) = std::sync::mpsc::channel::<PathBuf>();
         session.segments = Some(session::SegmentClock {
             every,
-            next_ns: start_ns + every.as_nanos() as u64,
+            next_ns: a.start_ns + every.as_nanos() as u64,
             done,
         });
-        let out = args.out.clone();
+        let out = plan.outputs.clone();
         std::thread::spawn(move || {
             let mut failed = false;
             for (n, file) in (1..).zip(finished) {
@@ -281,30 +349,66 @@ pub fn run(args: RecordArgs) -> anyhow::Result<i32> {
     });
     eprintln!(
         "stallscope: tracing {} thread(s) of PID {}{}; writing {}",
-        seeds.len(),
-        roots
+        a.seeds.len(),
+        a.roots
             .iter()
             .map(u32::to_string)
             .collect::<Vec<_>>()
             .join(", "),
-        args.duration
+        plan.duration
             .map(|d| format!(" for {:.1}s", d.as_secs_f64()))
             .unwrap_or_else(|| " until Ctrl-C or exit".into()),
         shown.display()
     );
-    if let Some(l) = launched.as_mut() {
-        l.release();
+    Ok(Opened {
+        session,
+        ring: a.ring,
+        launched: a.launched,
+        path,
+        segment_reports,
+    })
+}
+
+/// A recording run to its end.
+struct Ran {
+    outcome: anyhow::Result<EndReason>,
+    /// Removing the CUDA probes, which the kernel does one grace period at a time.
+    unprobe: Option<std::thread::JoinHandle<()>>,
+    launched: Option<spawn::Launched>,
+    path: PathBuf,
+    segment_reports: Option<std::thread::JoinHandle<bool>>,
+}
+
+impl Opened {
+    /// Runs the session until the plan's duration, an interrupt, or the targets' exit; a
+    /// launched command runs from here.
+    fn run(mut self, plan: &RecordingPlan) -> anyhow::Result<Ran> {
+        if let Some(l) = self.launched.as_mut() {
+            l.release();
+        }
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let outcome = runtime.block_on(self.session.run(self.ring, plan.rates.tick, plan.duration));
+        let unprobe = self.session.unprobe.take();
+        drop(self.session);
+        Ok(Ran {
+            outcome,
+            unprobe,
+            launched: self.launched,
+            path: self.path,
+            segment_reports: self.segment_reports,
+        })
     }
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    let outcome = runtime.block_on(session.run(ring, args.tick, args.duration));
-    let unprobe = session.unprobe.take();
-    drop(session);
-    // A recording that could not be written to the end (a full disk) is still reported, up
-    // to its last complete record; the exit status says it is incomplete.
+}
+
+/// Says how the recording ended, reports it (or waits for its segments' reports), and waits
+/// for the probes to be removed. A recording that could not be written to the end (a full
+/// disk) is still reported, up to its last complete record; the exit status says it is
+/// incomplete.
+fn finish(plan: &RecordingPlan, mut ran: Ran) -> anyhow::Result<i32> {
     let mut status = 0;
-    match outcome.map_err(|e| e.downcast::<WriteFailed>()) {
+    match ran.outcome.map_err(|e| e.downcast::<WriteFailed>()) {
         Ok(EndReason::TargetExited) => {
             eprintln!("stallscope: the target exited; recording ends");
         }
@@ -321,28 +425,28 @@ pub fn run(args: RecordArgs) -> anyhow::Result<i32> {
         Err(Err(other)) => return Err(other),
     }
     // The recording's success is stallscope's exit status; the command's is reported.
-    if let Some(l) = launched.take() {
+    if let Some(l) = ran.launched.take() {
         let code = l.wait_exit_code();
         if code != 0 {
             eprintln!("stallscope: the command exited with status {code}");
         }
     }
-    let rendered = match segment_reports {
+    let rendered = match ran.segment_reports {
         Some(reports) => match reports.join() {
             Ok(false) => Ok(()),
             Ok(true) => Err(anyhow::anyhow!("a segment could not be reported")),
             Err(_) => Err(anyhow::anyhow!("reporting the segments panicked")),
         },
         None => {
-            let r = output::render(&path, &args.out);
-            eprintln!("stallscope: recording saved to {}", path.display());
+            let r = output::render(&ran.path, &plan.outputs);
+            eprintln!("stallscope: recording saved to {}", ran.path.display());
             r
         }
     };
     if rendered.is_ok() {
         end_stdout();
     }
-    if let Some(h) = unprobe {
+    if let Some(h) = ran.unprobe {
         if !h.is_finished() {
             eprintln!("stallscope: removing the CUDA probes (the kernel takes a moment per probe)");
         }
@@ -370,22 +474,21 @@ fn end_stdout() {
 /// between hooks as the rates change: as asked, or (`auto`) the cheaper one for the rates
 /// measured now, said on stderr with the rates.
 fn choose_switch_hook(
-    arg: crate::cli::SwitchHookArg,
+    choice: SwitchHookChoice,
     possible: bool,
     tree: &[u32],
 ) -> anyhow::Result<(SwitchHook, bool)> {
-    use crate::cli::SwitchHookArg;
     let without = "this kernel's BTF lacks the scheduler fields they need (sched_info, \
                    se.cfs_rq, rq.clock)";
-    match arg {
-        SwitchHookArg::Tracepoint => Ok((SwitchHook::Tracepoint, false)),
-        SwitchHookArg::PerThread if possible => Ok((SwitchHook::PerThread, false)),
-        SwitchHookArg::PerThread => anyhow::bail!("--switch-hook per-thread: {without}"),
-        SwitchHookArg::Auto if !possible => {
+    match choice {
+        SwitchHookChoice::Tracepoint => Ok((SwitchHook::Tracepoint, false)),
+        SwitchHookChoice::PerThread if possible => Ok((SwitchHook::PerThread, false)),
+        SwitchHookChoice::PerThread => anyhow::bail!("--switch-hook per-thread: {without}"),
+        SwitchHookChoice::Auto if !possible => {
             log::info!("per-thread switch events unavailable: {without}");
             Ok((SwitchHook::Tracepoint, false))
         }
-        SwitchHookArg::Auto => {
+        SwitchHookChoice::Auto => {
             let rates = switch_choice::measure(tree)?;
             let hook = switch_choice::choose(&rates);
             eprintln!(

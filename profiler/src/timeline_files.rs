@@ -9,13 +9,7 @@ use std::{
 use anyhow::Context as _;
 use profiler_core::{Destination, Format, Inputs};
 
-use crate::{cli::OutputArgs, owner};
-
-/// Whether `out` asks for a format that draws the timeline, which keeps the timed events
-/// past the attribution.
-pub fn wanted(out: &OutputArgs) -> bool {
-    out.format.iter().any(|f| f.draws_timeline())
-}
+use crate::{owner, plan::Outputs};
 
 /// How to open a file of `format`, for the line that says where it went.
 fn how_to_open(format: Format, path: &Path) -> String {
@@ -34,12 +28,7 @@ fn how_to_open(format: Format, path: &Path) -> String {
 
 /// Writes the file formats `out` asks for, each as `<dir>/<stem>.<extension>`, and says
 /// where they went.
-pub fn write(
-    out: &OutputArgs,
-    dir: &Path,
-    stem: &str,
-    input: &Inputs<'_, '_>,
-) -> anyhow::Result<()> {
+pub fn write(out: &Outputs, dir: &Path, stem: &str, input: &Inputs<'_, '_>) -> anyhow::Result<()> {
     let formats = out.file_formats();
     if formats.is_empty() {
         return Ok(());

@@ -3,12 +3,13 @@
 //! CPU and memory.
 use std::path::Path;
 
-use nvml_wrapper::{
-    Nvml,
-    enum_wrappers::device::{Clock, EccCounter, MemoryError, TemperatureSensor},
-    enums::device::UsedGpuMemory,
+use nvml_wrapper::Nvml;
+use profiler_core::{
+    doctor::gpu::Ecc,
+    exposition::{Exposition, Kind},
 };
-use profiler_core::exposition::{Exposition, Kind};
+
+use crate::nvml_reader;
 
 /// NVML, opened once and again after it failed.
 #[derive(Default)]
@@ -20,7 +21,7 @@ impl NvmlGauges {
     /// Reads every GPU into `e`; `stallscope_nvml_up` says whether NVML answered.
     pub fn read(&mut self, lib: &Path, e: &mut Exposition) {
         if self.nvml.is_none() {
-            self.nvml = Nvml::builder().lib_path(lib.as_os_str()).init().ok();
+            self.nvml = nvml_reader::open(lib).ok();
         }
         let up = match &self.nvml {
             Some(n) => read_gpus(n, e).is_ok(),
@@ -43,102 +44,93 @@ impl NvmlGauges {
 fn read_gpus(n: &Nvml, e: &mut Exposition) -> Result<(), nvml_wrapper::error::NvmlError> {
     for i in 0..n.device_count()? {
         let d = n.device_by_index(i)?;
+        let id = nvml_reader::identity(&d, i);
         let gpu = i.to_string();
-        let uuid = d.uuid().unwrap_or_default();
-        let model = d.name().unwrap_or_default();
         let l = [
             ("gpu", gpu.as_str()),
-            ("UUID", uuid.as_str()),
-            ("modelName", model.as_str()),
+            ("UUID", id.uuid.as_str()),
+            ("modelName", id.name.as_str()),
         ];
-        let mut gauge = |name: &str, help: &str, v: Option<f64>| {
-            if let Some(v) = v {
+        let now = nvml_reader::now(&d);
+        let mib = |b: u64| b as f64 / f64::from(1u32 << 20);
+        let memory = now.memory.as_ref().ok();
+        let ecc = nvml_reader::ecc(&d).ok().filter(|e| e.enabled);
+        let ecc_count = |count: fn(&Ecc) -> u64| ecc.as_ref().map(|e| count(e) as f64);
+        let readings = [
+            (
+                "DCGM_FI_DEV_GPU_UTIL",
+                "GPU utilization (%)",
+                nvml_reader::utilization_pct(&d).ok().map(f64::from),
+            ),
+            (
+                "DCGM_FI_DEV_GPU_TEMP",
+                "GPU temperature (°C)",
+                now.temperature_c.ok().map(f64::from),
+            ),
+            (
+                "DCGM_FI_DEV_POWER_USAGE",
+                "Power draw (W)",
+                now.power_mw.ok().map(|mw| f64::from(mw) / 1e3),
+            ),
+            (
+                "DCGM_FI_DEV_FB_USED",
+                "Framebuffer memory used (MiB)",
+                memory.map(|m| mib(m.used)),
+            ),
+            (
+                "DCGM_FI_DEV_FB_FREE",
+                "Framebuffer memory free (MiB)",
+                memory.map(|m| mib(m.free)),
+            ),
+            (
+                "DCGM_FI_DEV_SM_CLOCK",
+                "SM clock (MHz)",
+                now.sm_clock_mhz.ok().map(f64::from),
+            ),
+            (
+                "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
+                "Clock-event (throttle) reason bits, NVML's nvmlClocksEventReason*",
+                now.clock_event_reasons.ok().map(|r| r as f64),
+            ),
+            (
+                "DCGM_FI_DEV_PCIE_LINK_GEN",
+                "PCIe link generation",
+                now.pcie_gen.ok().map(f64::from),
+            ),
+            (
+                "DCGM_FI_DEV_PCIE_LINK_WIDTH",
+                "PCIe link width (lanes)",
+                now.pcie_width.ok().map(f64::from),
+            ),
+            (
+                "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
+                "Single-bit (corrected) ECC errors since the driver loaded",
+                ecc_count(|e| e.volatile_corrected),
+            ),
+            (
+                "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+                "Double-bit (uncorrectable) ECC errors since the driver loaded",
+                ecc_count(|e| e.volatile_uncorrected),
+            ),
+            (
+                "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL",
+                "Single-bit (corrected) ECC errors over the GPU's life",
+                ecc_count(|e| e.aggregate_corrected),
+            ),
+            (
+                "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL",
+                "Double-bit (uncorrectable) ECC errors over the GPU's life",
+                ecc_count(|e| e.aggregate_uncorrected),
+            ),
+        ];
+        for (name, help, value) in readings {
+            if let Some(v) = value {
                 e.set(name, Kind::Gauge, help, &l, v);
             }
-        };
-        gauge(
-            "DCGM_FI_DEV_GPU_UTIL",
-            "GPU utilization (%)",
-            d.utilization_rates().ok().map(|u| f64::from(u.gpu)),
-        );
-        gauge(
-            "DCGM_FI_DEV_GPU_TEMP",
-            "GPU temperature (°C)",
-            d.temperature(TemperatureSensor::Gpu).ok().map(f64::from),
-        );
-        gauge(
-            "DCGM_FI_DEV_POWER_USAGE",
-            "Power draw (W)",
-            d.power_usage().ok().map(|mw| f64::from(mw) / 1e3),
-        );
-        let memory = d.memory_info().ok();
-        let mib = |b: u64| b as f64 / f64::from(1u32 << 20);
-        gauge(
-            "DCGM_FI_DEV_FB_USED",
-            "Framebuffer memory used (MiB)",
-            memory.as_ref().map(|m| mib(m.used)),
-        );
-        gauge(
-            "DCGM_FI_DEV_FB_FREE",
-            "Framebuffer memory free (MiB)",
-            memory.as_ref().map(|m| mib(m.free)),
-        );
-        gauge(
-            "DCGM_FI_DEV_SM_CLOCK",
-            "SM clock (MHz)",
-            d.clock_info(Clock::SM).ok().map(f64::from),
-        );
-        gauge(
-            "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
-            "Clock-event (throttle) reason bits, NVML's nvmlClocksEventReason*",
-            d.current_throttle_reasons().ok().map(|r| r.bits() as f64),
-        );
-        gauge(
-            "DCGM_FI_DEV_PCIE_LINK_GEN",
-            "PCIe link generation",
-            d.current_pcie_link_gen().ok().map(f64::from),
-        );
-        gauge(
-            "DCGM_FI_DEV_PCIE_LINK_WIDTH",
-            "PCIe link width (lanes)",
-            d.current_pcie_link_width().ok().map(f64::from),
-        );
-        if d.is_ecc_enabled().is_ok_and(|m| m.currently_enabled) {
-            const ECC: [(&str, &str, MemoryError, EccCounter); 4] = [
-                (
-                    "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
-                    "Single-bit (corrected) ECC errors since the driver loaded",
-                    MemoryError::Corrected,
-                    EccCounter::Volatile,
-                ),
-                (
-                    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
-                    "Double-bit (uncorrectable) ECC errors since the driver loaded",
-                    MemoryError::Uncorrected,
-                    EccCounter::Volatile,
-                ),
-                (
-                    "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL",
-                    "Single-bit (corrected) ECC errors over the GPU's life",
-                    MemoryError::Corrected,
-                    EccCounter::Aggregate,
-                ),
-                (
-                    "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL",
-                    "Double-bit (uncorrectable) ECC errors over the GPU's life",
-                    MemoryError::Uncorrected,
-                    EccCounter::Aggregate,
-                ),
-            ];
-            for (name, help, kind, counter) in ECC {
-                let count = d.total_ecc_errors(kind, counter).ok().map(|c| c as f64);
-                gauge(name, help, count);
-            }
         }
-        for p in d.running_compute_processes().unwrap_or_default() {
-            let bytes = match p.used_gpu_memory {
-                UsedGpuMemory::Used(b) => b as f64,
-                UsedGpuMemory::Unavailable => continue,
+        for p in nvml_reader::processes(&d).unwrap_or_default() {
+            let Some(bytes) = p.bytes else {
+                continue;
             };
             let pid = p.pid.to_string();
             let comm = std::fs::read_to_string(format!("/proc/{}/comm", p.pid))
@@ -149,7 +141,7 @@ fn read_gpus(n: &Nvml, e: &mut Exposition) -> Result<(), nvml_wrapper::error::Nv
                 Kind::Gauge,
                 "GPU memory each process holds (comm empty: not visible from here)",
                 &[("gpu", &gpu), ("pid", &pid), ("comm", &comm)],
-                bytes,
+                bytes as f64,
             );
         }
     }

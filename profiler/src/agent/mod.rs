@@ -24,7 +24,7 @@ use std::{
 use profiler_core::exposition::{self, Exposition};
 use profiler_core::report::json::{ReportDoc, SegmentDoc};
 
-use crate::{capture::gpu, cli::AgentArgs, privileges};
+use crate::{plan::AgentPlan, privileges};
 
 /// Tells the segments to stop, and which recorder is running now (0: none), so that a
 /// stopping agent can end it and reap it: its CPU time then counts in the agent's own.
@@ -59,7 +59,7 @@ struct Totals {
     stacks: std::collections::VecDeque<(Instant, PathBuf)>,
 }
 
-pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
+pub fn run(args: &AgentPlan) -> anyhow::Result<i32> {
     privileges::check()?;
     let totals = Arc::new(Mutex::new(Totals::default()));
     {
@@ -81,7 +81,7 @@ pub fn run(args: &AgentArgs) -> anyhow::Result<i32> {
             .name("segments".into())
             .spawn(move || segments(&args, &totals, &scratch, &stop))?
     };
-    let lib = gpu::nvml_path(args.nvml_lib.clone());
+    let lib = crate::nvml_reader::library(args.nvml_lib.clone());
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -156,23 +156,17 @@ const COUNTERS: [(&str, &str); 5] = [
     (exposition::LOST_EVENTS, exposition::LOST_EVENTS_HELP),
 ];
 
-/// The processes to record this segment.
-fn targets(args: &AgentArgs) -> Vec<u32> {
-    let mut pids: Vec<u32> = args
-        .pids
-        .iter()
-        .copied()
+/// The processes to record this segment: those alive of the targets chosen now. Without
+/// NVML, the PIDs given.
+fn targets(args: &AgentPlan) -> Vec<u32> {
+    let chosen = args
+        .targets
+        .choose(args.nvml_lib.clone())
+        .map_or_else(|_| args.targets.pids.clone(), |c| c.pids);
+    chosen
+        .into_iter()
         .filter(|p| std::path::Path::new(&format!("/proc/{p}")).exists())
-        .collect();
-    if args.all_gpu_processes
-        && let Ok(found) = gpu::all_gpu_processes(args.nvml_lib.clone())
-    {
-        let (traceable, _) = privileges::split_traceable(privileges::caller_uid(), &found);
-        pids.extend(traceable);
-    }
-    pids.sort_unstable();
-    pids.dedup();
-    pids
+        .collect()
 }
 
 impl Totals {
@@ -227,7 +221,7 @@ impl Coverage {
     }
 }
 
-fn segments(args: &AgentArgs, totals: &Mutex<Totals>, scratch: &std::path::Path, stop: &Stop) {
+fn segments(args: &AgentPlan, totals: &Mutex<Totals>, scratch: &std::path::Path, stop: &Stop) {
     let lock = || totals.lock().unwrap_or_else(|p| p.into_inner());
     let mut coverage = Coverage::default();
     let mut runs = 0u64;
@@ -280,7 +274,7 @@ const STDERR_KEPT: usize = 16 * 1024;
 /// handed to `segment` as it comes, with the directory its folded stacks were moved to when
 /// flame graphs are kept. Fails when the recorder gave no report at all.
 fn recorder(
-    args: &AgentArgs,
+    args: &AgentPlan,
     pids: &[u32],
     dir: &std::path::Path,
     stop: &Stop,
@@ -288,18 +282,8 @@ fn recorder(
 ) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir)?;
     let mut cmd = Command::new(std::env::current_exe()?);
-    cmd.arg("record")
-        .arg("--segment")
-        .arg(format!("{}ms", args.segment.as_millis()))
-        .arg("-o")
-        .arg(dir.join("segment.rec"))
-        .args(["--format", "json"]);
-    if args.flamegraphs.is_zero() {
-        cmd.arg("--no-flamegraphs");
-    } else {
-        cmd.arg("--flamegraph-dir").arg(dir);
-    }
-    cmd.stdin(Stdio::null())
+    cmd.args(args.recorder(pids.to_vec(), dir).command_line())
+        .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     // An agent that is killed must not leave its recorder tracing on: the kernel ends it
@@ -312,12 +296,6 @@ fn recorder(
             }
             Ok(())
         });
-    }
-    if let Some(lib) = &args.nvml_lib {
-        cmd.arg("--nvml-lib").arg(lib);
-    }
-    for p in pids {
-        cmd.args(["--pid", &p.to_string()]);
     }
     let mut child = cmd.spawn()?;
     let pid = child.id();

@@ -11,10 +11,13 @@ use profiler_core::doctor::{
     versions::{self, CudaVersion},
 };
 
-use crate::cli::{DoctorArgs, Since};
+use crate::{
+    nvml_reader,
+    plan::{DoctorPlan, Since},
+};
 use profiler_core::Format;
 
-pub fn run(args: &DoctorArgs) -> anyhow::Result<i32> {
+pub fn run(args: &DoctorPlan) -> anyhow::Result<i32> {
     let target_info = match args.pid {
         Some(pid) => Some((pid, host::target(pid)?)),
         None => None,
@@ -35,8 +38,8 @@ pub fn run(args: &DoctorArgs) -> anyhow::Result<i32> {
              without the module's headers)",
         ),
     });
-    let lib = crate::capture::gpu::nvml_path(args.nvml_lib.clone());
-    let nvml = Nvml::builder().lib_path(lib.as_os_str()).init();
+    let lib = nvml_reader::library(args.nvml_lib.clone());
+    let nvml = nvml_reader::open(&lib);
     let driver = match &nvml {
         Ok(n) => {
             let library = n.sys_driver_version().unwrap_or_default();
@@ -84,7 +87,7 @@ pub fn run(args: &DoctorArgs) -> anyhow::Result<i32> {
             match n.device_by_index(i) {
                 Ok(dev) => {
                     let r = nvml::readings(n, &dev, i, &holder);
-                    physical.push(nvml::physical(&dev, i));
+                    physical.push(nvml_reader::identity(&dev, i));
                     d.checks.extend(gpu::checks(&r));
                 }
                 Err(e) => d.checks.push(
@@ -125,10 +128,12 @@ fn job_checks(
     nvml: Option<&Nvml>,
     physical: &[Physical],
     driver: Option<CudaVersion>,
-    args: &DoctorArgs,
+    args: &DoctorPlan,
 ) {
     let env = |k: &str| info.env.get(k).map(String::as_str);
-    let holds = nvml.map(|n| nvml::memory_of(n, pid).1).unwrap_or_default();
+    let holds = nvml
+        .map(|n| nvml_reader::memory_of(n, pid).1)
+        .unwrap_or_default();
     d.checks.push(if nvml.is_some() {
         target::device_mapping(
             env("CUDA_VISIBLE_DEVICES"),
@@ -175,7 +180,7 @@ fn job_checks(
         Some(n) => {
             let mut samples = Vec::new();
             host::sample_over(args.trend, 8, |t| {
-                let (bytes, on) = nvml::memory_of(n, pid);
+                let (bytes, on) = nvml_reader::memory_of(n, pid);
                 if !on.is_empty() {
                     samples.push((t, bytes));
                 }

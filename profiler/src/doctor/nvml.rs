@@ -1,35 +1,18 @@
-//! The readings `doctor` judges, taken through NVML: one call per reading, each failure kept as
-//! the reason that reading is unavailable.
+//! The readings `doctor` judges, taken through the shared NVML reader (and the few only doctor
+//! reads): one call per reading, each failure kept as the reason that reading is unavailable.
 use std::ffi::c_uint;
 
 use nvml_wrapper::{
     Device, Nvml,
-    enum_wrappers::device::{
-        Clock, EccCounter, MemoryError, RetirementCause, TemperatureSensor, TemperatureThreshold,
-    },
-    enums::device::UsedGpuMemory,
+    enum_wrappers::device::{Clock, RetirementCause, TemperatureThreshold},
     error::NvmlError,
 };
 use profiler_core::doctor::{
     Check, Reading,
-    gpu::{Clocks, Ecc, GpuReadings, Holder, Link, MemoryRepair, Mig, Thermal},
-    target::Physical,
+    gpu::{Clocks, GpuReadings, Holder, Link, MemoryRepair, Mig, Thermal},
 };
 
-/// Why a reading is missing, in words: an old driver or board lacks the call, or NVML said no.
-fn why(call: &str, e: NvmlError) -> String {
-    match e {
-        NvmlError::NotSupported => format!("{call}: not supported by this GPU or driver"),
-        NvmlError::FailedToLoadSymbol(_) => format!("{call}: this NVML library does not have it"),
-        NvmlError::NoPermission => format!("{call}: no permission (run as root)"),
-        NvmlError::GpuLost => format!("{call}: the GPU is lost (fallen off the bus?)"),
-        other => format!("{call}: {other}"),
-    }
-}
-
-fn read<T>(call: &str, r: Result<T, NvmlError>) -> Reading<T> {
-    r.map_err(|e| why(call, e))
-}
+use crate::nvml_reader::{self, read};
 
 /// NVML's own failure to start, spelled out as `nvidia-smi` users know it.
 pub fn init_failure(lib: &std::path::Path, e: &NvmlError) -> Check {
@@ -67,37 +50,6 @@ pub fn init_failure(lib: &std::path::Path, e: &NvmlError) -> Check {
     Check::fail("NVML", evidence, fix)
 }
 
-pub fn physical(d: &Device<'_>, index: u32) -> Physical {
-    Physical {
-        index,
-        uuid: d.uuid().unwrap_or_default(),
-        bus_id: d.pci_info().map(|p| p.bus_id).unwrap_or_default(),
-        name: d.name().unwrap_or_default(),
-    }
-}
-
-fn ecc(d: &Device<'_>) -> Reading<Ecc> {
-    let mode = read("nvmlDeviceGetEccMode", d.is_ecc_enabled())?;
-    let mut e = Ecc {
-        enabled: mode.currently_enabled,
-        pending_enabled: mode.pending_enabled,
-        ..Ecc::default()
-    };
-    if e.enabled {
-        let count = |kind, counter| {
-            read(
-                "nvmlDeviceGetTotalEccErrors",
-                d.total_ecc_errors(kind, counter),
-            )
-        };
-        e.volatile_corrected = count(MemoryError::Corrected, EccCounter::Volatile)?;
-        e.volatile_uncorrected = count(MemoryError::Uncorrected, EccCounter::Volatile)?;
-        e.aggregate_corrected = count(MemoryError::Corrected, EccCounter::Aggregate)?;
-        e.aggregate_uncorrected = count(MemoryError::Uncorrected, EccCounter::Aggregate)?;
-    }
-    Ok(e)
-}
-
 /// Row remapping (Ampere and newer), else page retirement. nvml-wrapper 0.13 has no wrapper
 /// for nvmlDeviceGetRemappedRows, so it is called through the loaded library's table.
 fn repair(nvml: &Nvml, d: &Device<'_>) -> Reading<MemoryRepair> {
@@ -132,21 +84,6 @@ fn repair(nvml: &Nvml, d: &Device<'_>) -> Reading<MemoryRepair> {
     })
 }
 
-fn link(d: &Device<'_>) -> Reading<Link> {
-    Ok(Link {
-        generation: read(
-            "nvmlDeviceGetCurrPcieLinkGeneration",
-            d.current_pcie_link_gen(),
-        )?,
-        max_generation: read("nvmlDeviceGetMaxPcieLinkGeneration", d.max_pcie_link_gen())?,
-        width: read(
-            "nvmlDeviceGetCurrPcieLinkWidth",
-            d.current_pcie_link_width(),
-        )?,
-        max_width: read("nvmlDeviceGetMaxPcieLinkWidth", d.max_pcie_link_width())?,
-    })
-}
-
 fn mig(d: &Device<'_>) -> Reading<Mig> {
     let mode = read("nvmlDeviceGetMigMode", d.mig_mode())?;
     let mut m = Mig {
@@ -175,45 +112,36 @@ pub fn readings(
     index: u32,
     holder: &dyn Fn(u32, u64) -> Holder,
 ) -> GpuReadings {
-    let id = physical(d, index);
-    let thermal = read(
-        "nvmlDeviceGetTemperature",
-        d.temperature(TemperatureSensor::Gpu),
-    )
-    .map(|celsius| Thermal {
+    let id = nvml_reader::identity(d, index);
+    let now = nvml_reader::now(d);
+    let thermal = now.temperature_c.map(|celsius| Thermal {
         celsius,
         slowdown_c: d.temperature_threshold(TemperatureThreshold::Slowdown).ok(),
     });
-    let clocks = read("nvmlDeviceGetClockInfo", d.clock_info(Clock::SM)).and_then(|sm_mhz| {
+    let clocks = now.sm_clock_mhz.and_then(|sm_mhz| {
         Ok(Clocks {
             sm_mhz,
             max_sm_mhz: read("nvmlDeviceGetMaxClockInfo", d.max_clock_info(Clock::SM))?,
-            reasons: read(
-                "nvmlDeviceGetCurrentClocksEventReasons",
-                d.current_throttle_reasons(),
-            )?
-            .bits(),
+            reasons: now.clock_event_reasons?,
         })
     });
-    let power = read("nvmlDeviceGetPowerUsage", d.power_usage()).and_then(|draw| {
+    let power = now.power_mw.and_then(|draw| {
         Ok((
             draw,
             read("nvmlDeviceGetEnforcedPowerLimit", d.enforced_power_limit())?,
         ))
     });
-    let holders = read(
-        "nvmlDeviceGetComputeRunningProcesses",
-        d.running_compute_processes(),
-    )
-    .map(|ps| {
+    let link = now.pcie_gen.and_then(|generation| {
+        Ok(Link {
+            generation,
+            max_generation: read("nvmlDeviceGetMaxPcieLinkGeneration", d.max_pcie_link_gen())?,
+            width: now.pcie_width?,
+            max_width: read("nvmlDeviceGetMaxPcieLinkWidth", d.max_pcie_link_width())?,
+        })
+    });
+    let holders = nvml_reader::processes(d).map(|ps| {
         ps.into_iter()
-            .map(|p| {
-                let bytes = match p.used_gpu_memory {
-                    UsedGpuMemory::Used(b) => b,
-                    UsedGpuMemory::Unavailable => 0,
-                };
-                holder(p.pid, bytes)
-            })
+            .map(|p| holder(p.pid, p.bytes.unwrap_or(0)))
             .collect()
     });
     GpuReadings {
@@ -221,11 +149,10 @@ pub fn readings(
         name: id.name,
         uuid: id.uuid,
         bus_id: id.bus_id,
-        utilization_pct: read("nvmlDeviceGetUtilizationRates", d.utilization_rates())
-            .map(|u| u.gpu),
-        ecc: ecc(d),
+        utilization_pct: nvml_reader::utilization_pct(d),
+        ecc: nvml_reader::ecc(d),
         repair: repair(nvml, d),
-        link: link(d),
+        link,
         replays: read("nvmlDeviceGetPcieReplayCounter", d.pcie_replay_counter()),
         clocks,
         thermal,
@@ -233,27 +160,7 @@ pub fn readings(
         pstate: read("nvmlDeviceGetPerformanceState", d.performance_state()).map(|p| p.as_c()),
         persistence: read("nvmlDeviceGetPersistenceMode", d.is_in_persistent_mode()),
         mig: mig(d),
-        memory: read("nvmlDeviceGetMemoryInfo", d.memory_info()).map(|m| (m.used, m.total)),
+        memory: now.memory.map(|m| (m.used, m.total)),
         holders,
     }
-}
-
-/// The GPU memory `pid` holds across all GPUs, and on which.
-pub fn memory_of(nvml: &Nvml, pid: u32) -> (u64, Vec<u32>) {
-    let mut total = 0;
-    let mut on = Vec::new();
-    for i in 0..nvml.device_count().unwrap_or(0) {
-        let Ok(d) = nvml.device_by_index(i) else {
-            continue;
-        };
-        for p in d.running_compute_processes().unwrap_or_default() {
-            if p.pid == pid {
-                if let UsedGpuMemory::Used(b) = p.used_gpu_memory {
-                    total += b;
-                }
-                on.push(i);
-            }
-        }
-    }
-    (total, on)
 }

@@ -4,7 +4,7 @@ use std::{collections::BTreeSet, sync::mpsc::Sender};
 
 use nvml_wrapper::{
     Device, Nvml,
-    enum_wrappers::device::{Clock, PcieUtilCounter, Sampling, TemperatureSensor},
+    enum_wrappers::device::{PcieUtilCounter, Sampling},
     enums::{device::SampleValue, gpm::GpmMetricId},
     error::NvmlError,
     gpm::{GpmSample, gpm_metrics_get},
@@ -15,7 +15,10 @@ use profiler_core::{
     record::{GpuInfo, GpuState, Record},
 };
 
-use crate::capture::clock::{monotonic_ns, readings};
+use crate::{
+    capture::clock::{monotonic_ns, readings},
+    nvml_reader,
+};
 
 /// Per-device sampling state.
 pub(super) struct Watched {
@@ -27,11 +30,12 @@ pub(super) struct Watched {
 }
 
 pub(super) fn describe(d: &Device<'_>, index: u32, driver: &str) -> GpuInfo {
+    let id = nvml_reader::identity(d, index);
     GpuInfo {
         index,
-        name: d.name().unwrap_or_default(),
-        uuid: d.uuid().unwrap_or_default(),
-        pci_bus_id: d.pci_info().map(|p| p.bus_id).unwrap_or_default(),
+        name: id.name,
+        uuid: id.uuid,
+        pci_bus_id: id.bus_id,
         driver_version: driver.to_string(),
         pcie_max_gen: d.max_pcie_link_gen().unwrap_or(0),
         pcie_max_width: d.max_pcie_link_width().unwrap_or(0),
@@ -48,7 +52,7 @@ pub(super) fn refresh_users(nvml: &Nvml, watched: &mut [Watched], traced: &BTree
             continue;
         };
         // A failed query says nothing about who left: keep the last answer.
-        let Ok(running) = d.running_compute_processes() else {
+        let Ok(running) = nvml_reader::processes(&d) else {
             log::debug!("GPU {}: listing compute processes failed", w.index);
             continue;
         };
@@ -107,19 +111,20 @@ pub(super) fn utilization(d: &Device<'_>, w: &mut Watched, tx: &Sender<Record>) 
 }
 
 pub(super) fn state(d: &Device<'_>, gpu: u32) -> GpuState {
+    let now = nvml_reader::now(d);
     GpuState {
         gpu,
         ts_ns: monotonic_ns(),
-        sm_clock_mhz: d.clock_info(Clock::SM).ok(),
-        mem_clock_mhz: d.clock_info(Clock::Memory).ok(),
-        throttle_reasons: d.current_throttle_reasons().ok().map(|r| r.bits()),
-        pcie_gen: d.current_pcie_link_gen().ok(),
-        pcie_width: d.current_pcie_link_width().ok(),
+        sm_clock_mhz: now.sm_clock_mhz.ok(),
+        mem_clock_mhz: now.mem_clock_mhz.ok(),
+        throttle_reasons: now.clock_event_reasons.ok(),
+        pcie_gen: now.pcie_gen.ok(),
+        pcie_width: now.pcie_width.ok(),
         pcie_tx_kbps: d.pcie_throughput(PcieUtilCounter::Send).ok(),
         pcie_rx_kbps: d.pcie_throughput(PcieUtilCounter::Receive).ok(),
-        power_mw: d.power_usage().ok(),
-        temperature_c: d.temperature(TemperatureSensor::Gpu).ok(),
-        memory_used_bytes: d.memory_info().ok().map(|m| m.used),
+        power_mw: now.power_mw.ok(),
+        temperature_c: now.temperature_c.ok(),
+        memory_used_bytes: now.memory.ok().map(|m| m.used),
         sm_active_pct: None,
         sm_occupancy_pct: None,
     }

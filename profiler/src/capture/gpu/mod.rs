@@ -15,14 +15,13 @@ use std::{
     time::{Duration, Instant},
 };
 
-use nvml_wrapper::{Nvml, gpm::GpmSample};
+use crate::nvml_reader;
+use nvml_wrapper::gpm::GpmSample;
 use profiler_core::{
     nvml::samples::UtilSamples,
     record::{GpuState, Record},
 };
 
-pub const NVML_LIB_ENV: &str = "STALLSCOPE_NVML_LIB";
-const DEFAULT_LIB: &str = "libnvidia-ml.so.1";
 const STATE_EVERY: Duration = Duration::from_millis(500);
 /// GPM SM activity is read on its own, more often: it is what tells a waiting collective from
 /// work (see `profiler_core::attribution::waiting`), and NVML wants its samples ≥ 100 ms
@@ -39,37 +38,11 @@ pub struct GpuSampler {
     handle: Option<JoinHandle<()>>,
 }
 
-/// The NVML library to load: `lib`, else $STALLSCOPE_NVML_LIB, else libnvidia-ml.so.1.
-pub fn nvml_path(lib: Option<PathBuf>) -> PathBuf {
-    lib.or_else(|| std::env::var_os(NVML_LIB_ENV).map(PathBuf::from))
-        .unwrap_or_else(|| PathBuf::from(DEFAULT_LIB))
-}
-
-/// Every process NVML lists as computing on any of this host's GPUs.
-pub fn all_gpu_processes(lib: Option<PathBuf>) -> anyhow::Result<Vec<u32>> {
-    let lib = nvml_path(lib);
-    let nvml = Nvml::builder()
-        .lib_path(lib.as_os_str())
-        .init()
-        .map_err(|e| anyhow::anyhow!("--all-gpu-processes needs NVML ({}): {e}", lib.display()))?;
-    let mut pids = Vec::new();
-    for i in 0..nvml.device_count()? {
-        let d = nvml.device_by_index(i)?;
-        pids.extend(d.running_compute_processes()?.into_iter().map(|p| p.pid));
-    }
-    pids.sort_unstable();
-    pids.dedup();
-    if pids.is_empty() {
-        anyhow::bail!("--all-gpu-processes: NVML lists no compute process on this host's GPUs");
-    }
-    Ok(pids)
-}
-
 impl GpuSampler {
-    /// Starts sampling. `lib` overrides the library path (see [`nvml_path`]); `pids` is the
+    /// Starts sampling. `lib` overrides the library path (see [`nvml_reader::library`]); `pids` is the
     /// traced tree, kept current by the session.
     pub fn start(lib: Option<PathBuf>, pids: Arc<Mutex<BTreeSet<u32>>>, start_ns: u64) -> Self {
-        let lib = nvml_path(lib);
+        let lib = nvml_reader::library(lib);
         let (tx, rx) = channel();
         let stop = Arc::new(AtomicBool::new(false));
         let thread_stop = stop.clone();
@@ -102,7 +75,7 @@ fn run(
     tx: Sender<Record>,
     stop: Arc<AtomicBool>,
 ) {
-    let nvml = match Nvml::builder().lib_path(lib.as_os_str()).init() {
+    let nvml = match nvml_reader::open(&lib) {
         Ok(n) => n,
         Err(e) => {
             let reason = format!(
