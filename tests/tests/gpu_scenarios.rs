@@ -33,6 +33,8 @@ struct Run {
     libs: PathBuf,
     /// What stallgen printed, its totals line at exit included.
     job_stdout: String,
+    /// stallgen's `--steps-log`: one line per step (runs without ranks only).
+    steps_log: Vec<Value>,
 }
 
 /// Runs `stallgen --scenario NAME` for `job_secs`, attaches stallscope for `record_secs`.
@@ -56,6 +58,13 @@ fn run_env(
     let sim = Sim::new(scenario);
     let dir = Scratch::new(scenario);
     let truth_path = dir.join("truth.jsonl");
+    let steps_path = dir.join("steps.jsonl");
+    let ranked = scenario.contains("straggler") || extra.contains(&"--ranks");
+    let steps_log: Vec<std::ffi::OsString> = if ranked {
+        Vec::new()
+    } else {
+        vec!["--steps-log".into(), steps_path.clone().into()]
+    };
     let stallgen = release_dir().join("stallgen");
     assert!(
         stallgen.is_file(),
@@ -74,6 +83,7 @@ fn run_env(
                 "--truth",
             ])
             .arg(&truth_path)
+            .args(&steps_log)
             .args(extra),
     );
     let ready = job
@@ -106,11 +116,15 @@ fn run_env(
     let job_stdout = job
         .finish(Duration::from_secs(u64::from(job_secs) + 30))
         .stdout;
-    let truth = std::fs::read_to_string(&truth_path)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect();
+    let jsonl = |path: &std::path::Path| -> Vec<Value> {
+        std::fs::read_to_string(path)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    };
+    let truth = jsonl(&truth_path);
+    let steps_log = jsonl(&steps_path);
     Run {
         report,
         truth,
@@ -118,6 +132,7 @@ fn run_env(
         pid,
         libs: sim.libs.clone(),
         job_stdout,
+        steps_log,
     }
 }
 
@@ -201,6 +216,7 @@ fn labelled(r: &Run, scenario: &str, cause: &str) -> Result<(), String> {
     if cause == "launch_overhead" {
         launch_rate_agrees(r)?;
     }
+    steps_found(r).map_err(|e| format!("{scenario}: {e}"))?;
     if expected >= STALL_EXPECTED_ABOVE {
         // The moment before the probes attach has no cause, and can make a long stall of its
         // own.
@@ -221,6 +237,103 @@ fn labelled(r: &Run, scenario: &str, cause: &str) -> Result<(), String> {
         if stall["cause"] != cause || stall["evidence"]["threads"].as_array().unwrap().is_empty() {
             return Err(format!("{scenario}: the longest stall: {stall}"));
         }
+    }
+    Ok(())
+}
+
+/// A part of stallgen's step, as the report's `split_ms` names it: the wait for a batch is
+/// `input_wait`, launches and the loop's own work `host`; the sync waits for the kernels the
+/// step asked for (`gpu`), and any longer for the copy queued before them (`copy`).
+fn truth_split(step: &Value) -> [(&'static str, f64); 4] {
+    let ns = |k: &str| step[k].as_u64().unwrap_or(0) as f64;
+    let gpu = ns("sync_ns").min(ns("kernel_ns"));
+    [
+        ("input_wait", ns("wait_batch_ns")),
+        ("copy", ns("copy_ns") + ns("sync_ns") - gpu),
+        ("host", ns("launch_ns") + ns("host_ns")),
+        ("gpu", gpu),
+    ]
+}
+
+/// Two parts of a step within this share of each other are a tie: either may be dominant.
+const DOMINANT_TIE: f64 = 0.2;
+
+/// The report's steps against stallgen's own (its `--steps-log`): as many as ended inside the
+/// time the probes watched (within 10%, and the one whose sync was in progress when they
+/// attached, which goes unseen), and the same part of the step dominant.
+fn steps_found(r: &Run) -> Result<(), String> {
+    if r.steps_log.is_empty() {
+        return Err("stallgen wrote no steps log".into());
+    }
+    let g = gpu(&r.report);
+    let steps = &g["steps"];
+    let found = steps["count"]
+        .as_u64()
+        .ok_or_else(|| format!("the report has no steps: {g}"))?;
+    // The probes watch from when they attached to the driver library until the end.
+    let start = r.report["start_ns"].as_u64().unwrap_or(0);
+    let end = start + r.report["duration_ns"].as_u64().unwrap_or(0);
+    let attached = r.report["cuda"]["libraries"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|l| l["attached_ns"].as_u64())
+        .min()
+        .unwrap_or(start)
+        .max(start);
+    // Each step's marker is its sync's end: the step's end less its host work after it.
+    let inside: Vec<&Value> = r
+        .steps_log
+        .iter()
+        .filter(|s| {
+            let marker = s["end_ns"].as_u64().unwrap_or(0) - s["host_ns"].as_u64().unwrap_or(0);
+            (attached..=end).contains(&marker)
+        })
+        .collect();
+    let expected = inside.len() as f64;
+    if (found as f64 - expected).abs() > 0.1 * expected + 1.0 {
+        return Err(format!(
+            "stallscope found {found} steps, stallgen ended {expected} inside the recording              after the probes attached: {steps}"
+        ));
+    }
+    let mut truth = [
+        ("input_wait", 0.0),
+        ("copy", 0.0),
+        ("host", 0.0),
+        ("gpu", 0.0),
+    ];
+    for s in &inside {
+        for (sum, (_, ns)) in truth.iter_mut().zip(truth_split(s)) {
+            sum.1 += ns;
+        }
+    }
+    eprintln!(
+        "steps: stallscope {found}, stallgen {expected}; stallscope per step {}; stallgen's \
+         sums {truth:?}",
+        steps["split_ms"]
+    );
+    let largest = truth.iter().map(|p| p.1).fold(0.0, f64::max);
+    let split = &steps["split_ms"];
+    let dominant = ["input_wait", "copy", "host", "gpu", "collective"]
+        .into_iter()
+        .max_by(|a, b| {
+            let v = |k: &str| split[k].as_f64().unwrap_or(0.0);
+            v(a).total_cmp(&v(b))
+        })
+        .unwrap_or("none");
+    let ok = truth
+        .iter()
+        .any(|(part, ns)| *part == dominant && *ns >= (1.0 - DOMINANT_TIE) * largest);
+    if !ok {
+        let n = expected.max(1.0);
+        let per_step: Vec<String> = truth
+            .iter()
+            .map(|(part, ns)| format!("{part} {:.1} ms", ns / n / 1e6))
+            .collect();
+        return Err(format!(
+            "the report's step is mostly {dominant}, stallgen's per step: {}: {steps}",
+            per_step.join(", ")
+        ));
     }
     Ok(())
 }
@@ -632,7 +745,7 @@ fn healthy(r: &Run) -> Result<(), String> {
             r.report["verdict"]
         ));
     }
-    Ok(())
+    steps_found(r).map_err(|e| format!("healthy: {e}"))
 }
 
 #[test]

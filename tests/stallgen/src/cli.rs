@@ -119,6 +119,10 @@ pub struct Cli {
     /// Write the ground truth (one JSON line per phase, CLOCK_MONOTONIC ns) here.
     #[arg(long)]
     pub truth: Option<PathBuf>,
+    /// Write one JSON line per training step here, as it ends: its end (CLOCK_MONOTONIC ns)
+    /// and where the feeder's time in it went, ns (without ranks only).
+    #[arg(long)]
+    pub steps_log: Option<PathBuf>,
     /// Where the disk scenario keeps its sample files [default: <tmp>/stallgen-data].
     #[arg(long)]
     pub data_dir: Option<PathBuf>,

@@ -67,6 +67,10 @@ fn run(cli: &Cli) -> Result<()> {
         launches: plan.launches,
         seat: None,
     };
+    truth.log_steps(
+        train::StepsLog::create(cli.steps_log.as_deref())
+            .with_context(|| format!("creating the steps log {:?}", cli.steps_log))?,
+    );
     job::run(job, &mut truth, &mut Out::Stdout)
 }
 

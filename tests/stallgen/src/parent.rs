@@ -68,6 +68,9 @@ impl Heard {
 
 /// Runs `ranks` rank processes to the end.
 pub fn run(cli: &Cli, plan: &Plan, cpus: usize, ranks: usize) -> Result<()> {
+    if cli.steps_log.is_some() {
+        bail!("--steps-log is for runs without ranks");
+    }
     let mut truth = Truth::create(cli.truth.as_deref())
         .with_context(|| format!("creating the truth file {:?}", cli.truth))?;
     // Rank `plan.first_rank + r` of the job runs on this host's GPU r.

@@ -1,6 +1,8 @@
 //! The training loop on the main thread (the feeder): take a batch, copy it to the GPU,
 //! launch the step's kernels (with ranks, in DDP's shape: see `ddp`), `loss.item()`, then
 //! whatever host work the phase asks for.
+use std::io::Write as _;
+
 use anyhow::Result;
 
 use crate::{
@@ -80,7 +82,63 @@ impl Summary {
     }
 }
 
-/// One training step; adds its parts' durations to `sum`.
+/// One step as it ended: when (CLOCK_MONOTONIC ns), and its parts' durations, ns.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StepParts {
+    pub end_ns: u64,
+    /// The kernel time the step asked the GPU for.
+    pub kernel_ns: u64,
+    pub wait_ns: u64,
+    pub copy_ns: u64,
+    pub launch_ns: u64,
+    pub sync_ns: u64,
+    pub host_ns: u64,
+}
+
+impl StepParts {
+    /// The `--steps-log` line: `{"end_ns", "kernel_ns", "wait_batch_ns", "copy_ns",
+    /// "launch_ns", "sync_ns", "host_ns"}`, the truth file's names for the parts.
+    pub fn line(&self) -> String {
+        serde_json::json!({
+            "end_ns": self.end_ns,
+            "kernel_ns": self.kernel_ns,
+            "wait_batch_ns": self.wait_ns,
+            "copy_ns": self.copy_ns,
+            "launch_ns": self.launch_ns,
+            "sync_ns": self.sync_ns,
+            "host_ns": self.host_ns,
+        })
+        .to_string()
+    }
+}
+
+/// Where each step's [`StepParts`] go (`--steps-log`), or nowhere.
+pub struct StepsLog(Option<std::io::BufWriter<std::fs::File>>);
+
+impl StepsLog {
+    pub fn create(path: Option<&std::path::Path>) -> std::io::Result<Self> {
+        path.map(std::fs::File::create)
+            .transpose()
+            .map(|f| Self(f.map(std::io::BufWriter::new)))
+    }
+
+    pub fn nowhere() -> Self {
+        Self(None)
+    }
+
+    pub fn step(&mut self, p: &StepParts) -> std::io::Result<()> {
+        match &mut self.0 {
+            Some(out) => writeln!(out, "{}", p.line()),
+            None => Ok(()),
+        }
+    }
+
+    pub fn flush(&mut self) -> std::io::Result<()> {
+        self.0.as_mut().map_or(Ok(()), std::io::Write::flush)
+    }
+}
+
+/// One training step; adds its parts' durations to `sum` and returns them.
 pub fn step(
     gpu: &Gpu,
     feed: &mut Feed,
@@ -88,7 +146,7 @@ pub fn step(
     batch_bytes: usize,
     ddp: Option<&Ddp>,
     sum: &mut Summary,
-) -> Result<()> {
+) -> Result<StepParts> {
     let t0 = sys::monotonic_ns();
     let (held, src) = feed.next()?;
     let t1 = sys::monotonic_ns();
@@ -128,7 +186,15 @@ pub fn step(
     sum.steps += 1;
     sum.launches += launches;
     sum.kernel_ns += kernel_ns;
-    Ok(())
+    Ok(StepParts {
+        end_ns: t5,
+        kernel_ns,
+        wait_ns: t1 - t0,
+        copy_ns: t2 - t1,
+        launch_ns: t3 - t2,
+        sync_ns: t4 - t3,
+        host_ns: t5 - t4,
+    })
 }
 
 /// The host-side work between steps of the `host-compute` scenario: in a real job, logging,
@@ -202,7 +268,7 @@ pub fn train(
         let knobs = &schedule.phases[phase].knobs;
         let waited_before = phases[phase].wait_ns;
         let busy_before = phases[phase].busy_ns();
-        step(
+        let parts = step(
             gpu,
             feed,
             knobs,
@@ -210,6 +276,7 @@ pub fn train(
             ddp,
             &mut phases[phase],
         )?;
+        truth.steps.step(&parts)?;
         let busy = phases[phase].busy_ns() - busy_before;
         step_ns = if step_ns == 0 {
             busy
@@ -225,6 +292,7 @@ pub fn train(
         steps += 1;
     }
     let stop = sys::monotonic_ns();
+    truth.steps.flush()?;
     let last = schedule.phases.len() - 1;
     for (i, (phase, measured)) in schedule
         .phases

@@ -70,6 +70,8 @@ enum Sink {
 pub struct Truth {
     out: Sink,
     tag: Option<RankTag>,
+    /// Each step's own line (`--steps-log`), beside the phases'.
+    pub steps: crate::train::StepsLog,
 }
 
 impl Truth {
@@ -78,7 +80,11 @@ impl Truth {
             Some(p) => Sink::File(BufWriter::new(File::create(p)?)),
             None => Sink::Nowhere,
         };
-        Ok(Self { out, tag: None })
+        Ok(Self {
+            out,
+            tag: None,
+            steps: crate::train::StepsLog::nowhere(),
+        })
     }
 
     /// A rank's truth, sent up `pipe` as `truth <json>` lines.
@@ -86,7 +92,13 @@ impl Truth {
         Self {
             out: Sink::Parent(pipe),
             tag: Some(tag),
+            steps: crate::train::StepsLog::nowhere(),
         }
+    }
+
+    /// Writes each step's line to `log` too.
+    pub fn log_steps(&mut self, log: crate::train::StepsLog) {
+        self.steps = log;
     }
 
     pub fn record(
