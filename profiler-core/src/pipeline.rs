@@ -97,7 +97,8 @@ pub fn calibrate(recordings: &[&Loaded]) -> Calibration {
 
 /// Attributes one recording under the job's `calibration`, keeping what `keep` asks. Meanwhile
 /// `alongside` runs on a thread of its own with the model, which the attribution does not
-/// change (an output's work that needs no attribution: the on- and off-CPU flame graphs).
+/// change (an output's work that needs no attribution). Without [`Keep::timeline`], the tick
+/// slices are dropped once attributed.
 pub fn attribute<R: Send>(
     loaded: Loaded,
     calibration: &Calibration,
@@ -105,7 +106,10 @@ pub fn attribute<R: Send>(
     alongside: impl FnOnce(&Analysis) -> R + Send,
 ) -> (Analyzed, R) {
     let Loaded { name, folded, load } = loaded;
-    let Folded { analysis, timed } = folded;
+    let Folded {
+        mut analysis,
+        timed,
+    } = folded;
     let events = keep.timeline.then(|| {
         let tick = analysis.meta.as_ref().map_or(0, |m| m.tick_ns);
         TimelineEvents::keep(&timed, tick)
@@ -129,6 +133,11 @@ pub fn attribute<R: Send>(
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
         (attribution, causes, beside)
     });
+    // The tick slices (tens of megabytes for an hour) serve the attribution and the timeline
+    // lanes; without the lanes, what comes after (the flame graphs) reuses their memory.
+    if !keep.timeline {
+        analysis.timeline = Vec::new();
+    }
     (
         Analyzed {
             name,
@@ -158,8 +167,8 @@ pub fn analyze_job(recordings: Vec<Loaded>, keep: Keep) -> Vec<Analyzed> {
 }
 
 impl Folded {
-    /// This recording alone, attributed, keeping nothing of its timed samples: all a report
-    /// needs.
+    /// This recording alone, attributed, with its timeline (its tick slices and events) but
+    /// no cause's stacks.
     pub fn analyzed(self, load: LoadInfo) -> Analyzed {
         analyze(
             Loaded {
@@ -167,7 +176,10 @@ impl Folded {
                 folded: self,
                 load,
             },
-            Keep::default(),
+            Keep {
+                timeline: true,
+                cause_stacks: false,
+            },
         )
     }
 }

@@ -10,7 +10,7 @@ use std::{
 
 use anyhow::Context as _;
 use profiler_core::{
-    Analysis, Format, Inputs, Report, Subject,
+    Format, Inputs, Report, Subject,
     attribution::waiting::Calibration,
     pipeline::{self, Analyzed, Keep, Loaded},
     report::{flamegraph as folded, json},
@@ -25,13 +25,6 @@ use profiler_core::report::html::Flamegraph;
 struct Drawn {
     paths: Vec<PathBuf>,
     embedded: Vec<Flamegraph>,
-}
-
-impl Drawn {
-    fn add(&mut self, more: Drawn) {
-        self.paths.extend(more.paths);
-        self.embedded.extend(more.embedded);
-    }
 }
 
 /// What the outputs `out` asks for need kept past the attribution.
@@ -241,23 +234,11 @@ fn attribute_and_draw(
         return (analyzed, e);
     }
     let embed = out.wants(Format::Html);
-    let (mut analyzed, plain) = pipeline::attribute(loaded, calibration, keep, |a: &Analysis| {
-        let graphs: Vec<Graph<'_>> = vec![
-            Graph {
-                name: "oncpu".into(),
-                title: "On-CPU".into(),
-                fold: Box::new(move || (folded::on_cpu_folded(a), "samples")),
-            },
-            Graph {
-                name: "offcpu".into(),
-                title: "Off-CPU".into(),
-                fold: Box::new(move || (folded::off_cpu_folded(a), "us")),
-            },
-        ];
-        // One thread: the attribution has the other CPU.
-        draw(&dir, &stem, graphs, embed, 1)
-    });
-    // The timed samples are gone: the cause graphs reuse their memory.
+    // The on- and off-CPU graphs are drawn after the attribution, not beside it: their folded
+    // lines (tens of megabytes for an hour) would otherwise be held at once with the timed
+    // samples, the bulk of the memory, which are gone by then.
+    let (mut analyzed, ()) = pipeline::attribute(loaded, calibration, keep, |_| ());
+    // The timed samples are gone: the graphs reuse their memory.
     #[cfg(target_env = "gnu")]
     // SAFETY: malloc_trim only releases free heap pages; it has no preconditions.
     unsafe {
@@ -265,26 +246,38 @@ fn attribute_and_draw(
     }
     let causes = std::mem::take(&mut analyzed.causes);
     let a = &analyzed.analysis;
-    let graphs: Vec<Graph<'_>> = causes
+    let plain = [
+        Graph {
+            name: "oncpu".into(),
+            title: "On-CPU".into(),
+            fold: Box::new(move || (folded::on_cpu_folded(a), "samples")),
+        },
+        Graph {
+            name: "offcpu".into(),
+            title: "Off-CPU".into(),
+            fold: Box::new(move || (folded::off_cpu_folded(a), "us")),
+        },
+    ];
+    let graphs: Vec<Graph<'_>> = plain
         .into_iter()
-        .filter(|stacks| !stacks.is_empty())
-        .map(|stacks| {
-            let cause = stacks.cause();
-            Graph {
-                name: format!("cause-{}", cause.name()),
-                title: format!("GPU idle time: {}", cause.name()),
-                fold: Box::new(move || folded::cause_lines(a, &stacks)),
-            }
-        })
+        .chain(
+            causes
+                .into_iter()
+                .filter(|stacks| !stacks.is_empty())
+                .map(|stacks| {
+                    let cause = stacks.cause();
+                    Graph {
+                        name: format!("cause-{}", cause.name()),
+                        title: format!("GPU idle time: {}", cause.name()),
+                        fold: Box::new(move || folded::cause_lines(a, &stacks)),
+                    }
+                }),
+        )
         .collect();
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .clamp(1, RENDER_THREADS);
-    let by_cause = draw(&dir, &stem, graphs, embed, threads);
-    let written = plain.and_then(|mut d| {
-        d.add(by_cause?);
-        Ok(d)
-    });
+    let written = draw(&dir, &stem, graphs, embed, threads);
     (analyzed, written)
 }
 

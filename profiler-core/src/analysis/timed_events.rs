@@ -3,8 +3,10 @@
 //!
 //! An hour-long recording holds millions of these, so they are stored compactly: grouped in
 //! buckets of 2^30 ns (about a second), each entry keeping only its offset inside its bucket.
-//! A window query visits just the buckets it overlaps, so nothing is ever sorted. Off-CPU
-//! samples are kept only when they waited on IO: no label draws on the others by time.
+//! A window query visits just the buckets it overlaps, so nothing is ever sorted. What
+//! repeats across events (a thread with its stack, a thread with its direction of IO) is
+//! interned once as a site, and each event keeps the site's number. Off-CPU samples are kept
+//! only when they waited on IO: no label draws on the others by time.
 use std::collections::BTreeMap;
 
 const BUCKET_SHIFT: u32 = 30;
@@ -56,25 +58,69 @@ struct Stamped<P> {
     payload: P,
 }
 
+/// A CPU sample: its (thread, stack) site.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct CpuPayload {
-    tid: u32,
-    stack: u32,
+    site: u32,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct IoWaitPayload {
-    tid: u32,
-    stack: u32,
+    /// Its (thread, stack) site.
+    site: u32,
     duration_ns: Split,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct BlockPayload {
-    tid: u32,
+    /// Its (thread, write) site.
+    site: u32,
     bytes: Split,
     latency_ns: Split,
-    write: bool,
+}
+
+/// Values interned by number, in the order first seen.
+#[derive(Clone, Debug)]
+struct Sites<K> {
+    values: Vec<K>,
+    /// Dropped when the events are finished: lookups by number need only `values`.
+    numbers: crate::fxhash::FxHashMap<K, u32>,
+}
+
+/// The numbers follow from the values.
+impl<K: PartialEq> PartialEq for Sites<K> {
+    fn eq(&self, other: &Self) -> bool {
+        self.values == other.values
+    }
+}
+
+impl<K> Default for Sites<K> {
+    fn default() -> Self {
+        Self {
+            values: Vec::new(),
+            numbers: Default::default(),
+        }
+    }
+}
+
+impl<K: Copy + Eq + std::hash::Hash> Sites<K> {
+    fn number(&mut self, key: K) -> u32 {
+        let next = self.values.len() as u32;
+        let n = *self.numbers.entry(key).or_insert(next);
+        if n == next {
+            self.values.push(key);
+        }
+        n
+    }
+
+    fn get(&self, n: u32) -> K {
+        self.values[n as usize]
+    }
+
+    fn finish(&mut self) {
+        self.numbers = Default::default();
+        self.values.shrink_to_fit();
+    }
 }
 
 /// Buckets kept open at once. Records arrive almost in time order, but samples from different
@@ -174,11 +220,16 @@ pub struct TimedEvents {
     cpu: Buckets<CpuPayload>,
     io_wait: Buckets<IoWaitPayload>,
     block_io: Buckets<BlockPayload>,
+    /// (thread, stack) of the CPU and IO-wait samples.
+    stacks: Sites<(u32, u32)>,
+    /// (thread, write) of the block IOs.
+    issuers: Sites<(u32, bool)>,
 }
 
 impl TimedEvents {
     pub fn cpu_sample(&mut self, ts_ns: u64, tid: u32, stack: u32) {
-        self.cpu.push(ts_ns, CpuPayload { tid, stack });
+        let site = self.stacks.number((tid, stack));
+        self.cpu.push(ts_ns, CpuPayload { site });
     }
 
     /// Only samples that waited on IO are kept.
@@ -187,8 +238,7 @@ impl TimedEvents {
             return;
         }
         let payload = IoWaitPayload {
-            tid,
-            stack,
+            site: self.stacks.number((tid, stack)),
             duration_ns: Split::new(duration_ns),
         };
         self.io_wait.push(ts_ns, payload);
@@ -196,10 +246,9 @@ impl TimedEvents {
 
     pub fn block_io(&mut self, ts_ns: u64, tid: u32, write: bool, bytes: u64, latency_ns: u64) {
         let payload = BlockPayload {
-            tid,
+            site: self.issuers.number((tid, write)),
             bytes: Split::new(bytes),
             latency_ns: Split::new(latency_ns),
-            write,
         };
         self.block_io.push(ts_ns, payload);
     }
@@ -209,6 +258,8 @@ impl TimedEvents {
         self.cpu.close_all();
         self.io_wait.close_all();
         self.block_io.close_all();
+        self.stacks.finish();
+        self.issuers.finish();
     }
 
     /// Held events: (CPU samples, IO-wait samples, block IOs).
@@ -222,25 +273,23 @@ impl TimedEvents {
 
     /// CPU samples taken in `[start, end)`, in no particular order.
     pub fn cpu_in(&self, start: u64, end: u64) -> impl Iterator<Item = TimedCpuSample> + '_ {
-        self.cpu
-            .window(start, end)
-            .map(|(ts_ns, p)| TimedCpuSample {
-                ts_ns,
-                tid: p.tid,
-                stack: p.stack,
-            })
+        self.cpu.window(start, end).map(|(ts_ns, p)| {
+            let (tid, stack) = self.stacks.get(p.site);
+            TimedCpuSample { ts_ns, tid, stack }
+        })
     }
 
     /// IO-wait samples taken in `[start, end)`, in no particular order.
     pub fn io_wait_in(&self, start: u64, end: u64) -> impl Iterator<Item = TimedIoWait> + '_ {
-        self.io_wait
-            .window(start, end)
-            .map(|(ts_ns, p)| TimedIoWait {
+        self.io_wait.window(start, end).map(|(ts_ns, p)| {
+            let (tid, stack) = self.stacks.get(p.site);
+            TimedIoWait {
                 ts_ns,
                 duration_ns: p.duration_ns.get(),
-                tid: p.tid,
-                stack: p.stack,
-            })
+                tid,
+                stack,
+            }
+        })
     }
 
     /// A span holding every block IO's time, if there is any.
@@ -250,15 +299,16 @@ impl TimedEvents {
 
     /// Block IOs issued in `[start, end)`, in no particular order.
     pub fn block_io_in(&self, start: u64, end: u64) -> impl Iterator<Item = TimedBlockIo> + '_ {
-        self.block_io
-            .window(start, end)
-            .map(|(ts_ns, p)| TimedBlockIo {
+        self.block_io.window(start, end).map(|(ts_ns, p)| {
+            let (tid, write) = self.issuers.get(p.site);
+            TimedBlockIo {
                 ts_ns,
-                tid: p.tid,
-                write: p.write,
+                tid,
+                write,
                 bytes: p.bytes.get(),
                 latency_ns: p.latency_ns.get(),
-            })
+            }
+        })
     }
 }
 
@@ -351,8 +401,8 @@ mod tests {
 
     #[test]
     fn entries_stay_compact() {
-        assert_eq!(std::mem::size_of::<Stamped<CpuPayload>>(), 12);
-        assert_eq!(std::mem::size_of::<Stamped<IoWaitPayload>>(), 20);
-        assert_eq!(std::mem::size_of::<Stamped<BlockPayload>>(), 28);
+        assert_eq!(std::mem::size_of::<Stamped<CpuPayload>>(), 8);
+        assert_eq!(std::mem::size_of::<Stamped<IoWaitPayload>>(), 16);
+        assert_eq!(std::mem::size_of::<Stamped<BlockPayload>>(), 24);
     }
 }
