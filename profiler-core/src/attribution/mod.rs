@@ -19,6 +19,7 @@ mod shares;
 pub mod signals;
 pub mod steps;
 pub mod waiting;
+pub mod what_if;
 mod window;
 
 use std::borrow::Cow;
@@ -36,6 +37,7 @@ pub use roles::Roles;
 pub use rules::{Label, label_window};
 pub use steps::{StepSplit, StepTimes, Steps};
 pub use waiting::{GpuWaiting, WaitingSignal};
+pub use what_if::WhatIf;
 pub use window::HostWindow;
 
 /// One stretch of mostly-idle GPU time with a single cause.
@@ -102,6 +104,12 @@ pub struct GpuAttribution {
     pub seconds: Vec<SecondLabel>,
     /// The training steps of its feeder (see [`steps`]); `None` when no probe watched it.
     pub steps: Option<Steps>,
+    /// How much faster a step would be with each cause fixed (see [`what_if`]), the largest
+    /// gain first; empty without steps.
+    pub what_if: Vec<WhatIf>,
+    /// Each step's parts, in order: what the estimates resample.
+    #[serde(skip)]
+    pub step_parts: Vec<steps::StepParts>,
     /// Each step marker's end, in order (step `i` runs from the `i`th to the next): what
     /// the timeline draws.
     #[serde(skip)]
@@ -370,9 +378,26 @@ fn attribute_gpu(
         let found = steps::find(&a.cuda.calls, roles, &lookups, (from.max(since), to));
         out.steps = Some(found.steps);
         out.step_ends_ns = found.ends_ns;
+        out.step_parts = found.parts;
     }
     out.lost_by_cause.retain(|_, ns| *ns > 0);
     out.waiting = waiting;
+    if !out.step_parts.is_empty() && out.observed_ns > 0 {
+        let n = out.step_parts.len() as f64;
+        let mean_step = out.step_parts.iter().map(|p| p.split.total()).sum::<f64>() / n;
+        let working = out.busy_ns.saturating_sub(out.waiting_ns) as f64 / out.observed_ns as f64;
+        let link = covered.and_then(|(_, to)| link::LinkState::at(g, to));
+        let pace = what_if::Pace {
+            kernel_ns: working * mean_step,
+            link_gbps: link
+                .map(|l| l.current_gbps())
+                .filter(|g| *g > 0.0)
+                .unwrap_or(rules::DEFAULT_LINK_GBPS),
+            max_link_gbps: link.map_or(0.0, |l| l.max_gbps()),
+        };
+        out.what_if =
+            what_if::estimate(&out.step_parts, &pace, &out.lost_by_cause, out.observed_ns);
+    }
     stalls.sort_by(|x, y| {
         (y.idle_ns.saturating_add(y.waiting_ns))
             .cmp(&x.idle_ns.saturating_add(x.waiting_ns))

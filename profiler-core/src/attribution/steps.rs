@@ -133,10 +133,19 @@ impl StepSplit {
     }
 }
 
+/// One step's parts in ns (they add up to its length), with the bytes its copies moved.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct StepParts {
+    pub split: StepSplit,
+    pub copy_bytes: f64,
+}
+
 /// The steps found, with each marker's end (CLOCK_MONOTONIC ns) for the timeline.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Found {
     pub steps: Steps,
+    /// Each step's parts, in order (the what-if estimates resample them).
+    pub parts: Vec<StepParts>,
     /// The markers' ends, in order: step `i` runs from `ends[i]` to `ends[i + 1]`.
     pub ends_ns: Vec<u64>,
 }
@@ -258,13 +267,13 @@ pub struct Lookups<'x> {
     pub link_gbps: f64,
 }
 
-/// The split of the steps between consecutive `ends` of thread `tid`, summed.
-fn split_sum(ends: &[u64], tid: u32, l: &Lookups<'_>) -> StepSplit {
+/// The parts of each step between consecutive `ends` of thread `tid`.
+fn step_parts(ends: &[u64], tid: u32, l: &Lookups<'_>) -> Vec<StepParts> {
     let feeder = Roles {
         feeders: [tid].into(),
         workers: Default::default(),
     };
-    let mut sum = StepSplit::default();
+    let mut parts = Vec::with_capacity(ends.len().saturating_sub(1));
     for w in ends.windows(2) {
         let (start, end) = (w[0], w[1]);
         let len = (end - start) as f64;
@@ -283,14 +292,19 @@ fn split_sum(ends: &[u64], tid: u32, l: &Lookups<'_>) -> StepSplit {
             .min(cuda.sync_pinned_bytes / l.link_gbps.max(1e-3) + cuda.sync_staged_ns);
         let copy = cuda.call_copy_ns + sync_copy;
         let gpu = cuda.kernel_ns + (cuda.sync_copy_ns - sync_copy);
-        let parts = input_wait + copy + gpu + cuda.collective_ns;
-        sum.input_wait += input_wait;
-        sum.copy += copy;
-        sum.gpu += gpu;
-        sum.collective += cuda.collective_ns;
-        sum.host += (len - parts).max(0.0);
+        let waits = input_wait + copy + gpu + cuda.collective_ns;
+        parts.push(StepParts {
+            split: StepSplit {
+                input_wait,
+                copy,
+                host: (len - waits).max(0.0),
+                gpu,
+                collective: cuda.collective_ns,
+            },
+            copy_bytes: cuda.copy_bytes,
+        });
     }
-    sum
+    parts
 }
 
 /// The steps of the feeders `roles` names over `span` (`[from, to]`, CLOCK_MONOTONIC ns: the
@@ -304,6 +318,7 @@ pub fn find(calls: &[CudaCall], roles: &Roles, lookups: &Lookups<'_>, span: (u64
                     found_by: why,
                     ..Steps::default()
                 },
+                parts: Vec::new(),
                 ends_ns: Vec::new(),
             };
         }
@@ -314,7 +329,14 @@ pub fn find(calls: &[CudaCall], roles: &Roles, lookups: &Lookups<'_>, span: (u64
     }
     let pct = |q| p.percentile(q).map_or(0.0, |ns| ms(ns as f64));
     let n = (g.ends.len() - 1) as f64;
-    let sum = split_sum(&g.ends, g.tid, lookups);
+    let parts = step_parts(&g.ends, g.tid, lookups);
+    let sum = parts.iter().fold(StepSplit::default(), |s, p| StepSplit {
+        input_wait: s.input_wait + p.split.input_wait,
+        copy: s.copy + p.split.copy,
+        host: s.host + p.split.host,
+        gpu: s.gpu + p.split.gpu,
+        collective: s.collective + p.split.collective,
+    });
     let elapsed = (g.ends[g.ends.len() - 1] - g.ends[0]) as f64;
     let found_by = if g.caller.is_empty() {
         g.api.to_owned()
@@ -339,6 +361,7 @@ pub fn find(calls: &[CudaCall], roles: &Roles, lookups: &Lookups<'_>, span: (u64
             found_by,
             per_sec: Some((n * 1e9 / elapsed * 1e3).round() / 1e3),
         },
+        parts,
         ends_ns: g.ends,
     }
 }

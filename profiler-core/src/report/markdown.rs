@@ -73,6 +73,9 @@ fn write_report(report: &Report<'_>, level: usize, w: &mut dyn Write) -> io::Res
         if let Some(steps) = &g.steps {
             writeln!(w, "**Steps:** {}\n", steps.describe())?;
         }
+        for what_if in &g.what_if {
+            writeln!(w, "**What if:** {}\n", what_if.describe())?;
+        }
         writeln!(w, "| time | seconds | of GPU time |")?;
         writeln!(w, "|---|---:|---:|")?;
         let working = g.busy_ns.saturating_sub(g.waiting_ns);

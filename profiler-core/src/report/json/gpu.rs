@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::analysis::model::{Analysis, GpuTimeline};
 use crate::attribution::{
-    Attribution, CauseEvidence, GpuWaiting, SecondLabel, Stall, Steps, Verdict,
+    Attribution, CauseEvidence, GpuWaiting, SecondLabel, Stall, Steps, Verdict, WhatIf,
 };
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -41,6 +41,9 @@ pub struct JsonGpu<'a> {
     /// The feeder's training steps; absent when no probe watched it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub steps: Option<Cow<'a, Steps>>,
+    /// How much faster a step would be with each cause fixed, the largest gain first.
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    pub what_if: Cow<'a, [WhatIf]>,
 }
 
 pub fn json_gpus<'a>(a: &'a Analysis, attribution: Option<&'a Attribution>) -> Vec<JsonGpu<'a>> {
@@ -78,6 +81,7 @@ pub fn json_gpus<'a>(a: &'a Analysis, attribution: Option<&'a Attribution>) -> V
                 sm_active_pct: a.gpus.get(&g.gpu).and_then(GpuTimeline::mean_sm_active),
                 seconds: Cow::Borrowed(&g.seconds),
                 steps: g.steps.as_ref().map(Cow::Borrowed),
+                what_if: Cow::Borrowed(&g.what_if),
             }
         })
         .collect()

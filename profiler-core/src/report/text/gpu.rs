@@ -63,6 +63,9 @@ pub fn write_text<W: Write>(report: &Report<'_>, w: &mut W) -> io::Result<()> {
         if let Some(steps) = &g.steps {
             writeln!(w, "  steps: {}", steps.describe())?;
         }
+        for what_if in &g.what_if {
+            writeln!(w, "  what if: {}", what_if.describe())?;
+        }
         let mut causes: Vec<(&Cause, &u64)> =
             g.idle_by_cause.iter().filter(|(_, ns)| **ns > 0).collect();
         causes.sort_by(|x, y| y.1.cmp(x.1));

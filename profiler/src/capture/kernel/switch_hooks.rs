@@ -45,7 +45,7 @@ impl SwitchHooks {
                 self.hooked_ns.insert(tid, monotonic_ns());
                 Ok(())
             }
-            Err(_) if !std::path::Path::new(&format!("/proc/{tid}")).exists() => {
+            Err(e) if gone(&e, tid) => {
                 self.vanished += 1;
                 Ok(())
             }
@@ -86,6 +86,16 @@ impl SwitchHooks {
     pub fn vanished(&self) -> u64 {
         self.vanished
     }
+}
+
+/// Whether opening `tid`'s event failed because the thread is gone: the kernel says so
+/// (ESRCH, also for one that exited and awaits its parent's wait), or /proc no longer lists it.
+fn gone(e: &anyhow::Error, tid: u32) -> bool {
+    let esrch = e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.raw_os_error() == Some(libc::ESRCH))
+    });
+    esrch || !std::path::Path::new(&format!("/proc/{tid}")).exists()
 }
 
 #[cfg(test)]

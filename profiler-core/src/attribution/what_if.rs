@@ -1,0 +1,387 @@
+//! What if a cause were fixed: the step time with its part of each step removed, as a
+//! critical-path estimate over the feeder's step, not a subtraction of its time.
+//!
+//! A step is the feeder's loop: wait for a batch, copy it, do its host work and launch the
+//! kernels, wait in a sync for what the GPU has left, wait for collectives ([`StepSplit`]).
+//! The kernels run while the feeder does its host work after launching them, so host work
+//! hides kernel time and the sync waits only for the rest. Removing a part therefore exposes
+//! whatever it hid:
+//! - an input cause (`dataloader_cpu`, `disk`, `cpu_contention`): the batch is ready when the
+//!   feeder asks; the rest of the step stays as it was;
+//! - `host_compute`, `launch_overhead`: the feeder's host work goes;
+//! - `pinned_memory_copy`: the batch's bytes move at the link's pace (no CPU staging);
+//! - `pcie`: the copy runs at the link's full width and generation;
+//! - `nccl_wait`: no wait for a straggler (fixing the straggler itself).
+//!
+//! Whatever is removed, the step's kernels (the GPU's busy time per step) still run, and the
+//! feeder waits for whatever part of them its remaining host work does not hide: without its
+//! host work, a feeder that launched 100 ms of kernels waits 100 ms in its sync.
+//!
+//! "Fixed" means the cause's cost is gone, the upper bound of what a change can give; the
+//! advice's own numbers (how many workers a host's free CPUs allow) are bounded further. The
+//! interval is a bootstrap over the steps (the ratio of mean step times, resampled). A cause
+//! with no model (`gpu_throttled`, `unknown`) gets no estimate.
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::Cause;
+use super::steps::{StepParts, StepSplit};
+
+/// The least share of a GPU's observed time a cause must have lost to get an estimate.
+pub const MIN_SHARE: f64 = 0.02;
+/// Bootstrap resamples for the interval.
+const RESAMPLES: usize = 400;
+
+/// One cause's estimate. Field names are part of the JSON report.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WhatIf {
+    pub cause: Cause,
+    /// The mean step now, ms.
+    pub step_ms_now: f64,
+    /// The mean step with the cause fixed, ms.
+    pub step_ms_if_fixed: f64,
+    /// `step_ms_now / step_ms_if_fixed`: how much faster the job would train.
+    pub speedup: f64,
+    /// A 90% interval of the speedup, from the steps' variance.
+    pub speedup_low: f64,
+    pub speedup_high: f64,
+    /// What the fixed step would wait on most: a cause's name, or `gpu` (the kernels
+    /// themselves: the GPU is the limit).
+    pub limited_next_by: String,
+}
+
+impl WhatIf {
+    /// `fixing dataloader_cpu: 212 ms → 131 ms per step (1.6×, 1.5–1.7×); host_compute
+    /// limits next`.
+    pub fn describe(&self) -> String {
+        format!(
+            "fixing {}: {} ms → {} ms per step ({:.1}×, {:.1}–{:.1}×); {} limits next",
+            self.cause.name(),
+            short_ms(self.step_ms_now),
+            short_ms(self.step_ms_if_fixed),
+            self.speedup,
+            self.speedup_low,
+            self.speedup_high,
+            self.limited_next_by
+        )
+    }
+}
+
+fn short_ms(ms: f64) -> String {
+    if ms >= 10.0 {
+        format!("{ms:.0}")
+    } else {
+        format!("{ms:.1}")
+    }
+}
+
+/// What the GPU and its link do, per step.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Pace {
+    /// The GPU's busy time (not waiting in a collective) per step, ns.
+    pub kernel_ns: f64,
+    /// The link now and at its best, GB/s (bytes per ns).
+    pub link_gbps: f64,
+    pub max_link_gbps: f64,
+}
+
+/// The step's parts with `cause` fixed, or `None` for a cause without a model.
+fn fixed(cause: Cause, p: &StepParts, pace: &Pace) -> Option<StepSplit> {
+    let mut s = p.split;
+    match cause {
+        Cause::DataloaderCpu | Cause::Disk | Cause::CpuContention => s.input_wait = 0.0,
+        Cause::HostCompute | Cause::LaunchOverhead => s.host = 0.0,
+        Cause::PinnedMemoryCopy => {
+            s.copy = s.copy.min(p.copy_bytes / pace.link_gbps.max(1e-3));
+        }
+        Cause::Pcie => {
+            if pace.max_link_gbps > pace.link_gbps && pace.link_gbps > 0.0 {
+                s.copy *= pace.link_gbps / pace.max_link_gbps;
+            }
+        }
+        Cause::NcclWait => s.collective = 0.0,
+        Cause::GpuThrottled | Cause::Unknown => return None,
+    }
+    // The kernels still run: the feeder waits (in a sync or a collective) for at least what
+    // its host work does not hide. A wait counted as a copy's or a collective's holds the
+    // kernels queued behind it, so a fix that shortens it leaves them to wait for.
+    let unhidden = (pace.kernel_ns - s.host).max(0.0);
+    let waits = s.gpu + s.collective;
+    if waits < unhidden {
+        s.gpu += unhidden - waits;
+    }
+    Some(s)
+}
+
+/// The cause a fixed step would wait on most, among those that lost time (`lost`), by the
+/// part of the step it takes. A collective's wait holds the step's own kernels first: only
+/// what is beyond them waits for other ranks.
+fn next_limit(s: &StepSplit, pace: &Pace, lost: &BTreeMap<Cause, u64>, fixed: Cause) -> String {
+    let own = (pace.kernel_ns - s.host - s.gpu).clamp(0.0, s.collective);
+    let still = |causes: &[Cause]| {
+        causes
+            .iter()
+            .filter(|c| **c != fixed)
+            .max_by_key(|c| lost.get(c).copied().unwrap_or(0))
+            .filter(|c| lost.get(c).is_some_and(|ns| *ns > 0))
+            .map(|c| c.name().to_owned())
+    };
+    let input = [Cause::DataloaderCpu, Cause::Disk, Cause::CpuContention];
+    let parts = [
+        (
+            s.input_wait,
+            still(&input).unwrap_or_else(|| "input".into()),
+        ),
+        (
+            s.copy,
+            still(&[Cause::PinnedMemoryCopy, Cause::Pcie]).unwrap_or_else(|| "copy".into()),
+        ),
+        (
+            s.host,
+            still(&[Cause::HostCompute, Cause::LaunchOverhead])
+                .unwrap_or_else(|| "host_compute".into()),
+        ),
+        (s.gpu + own, "gpu".into()),
+        (s.collective - own, "nccl_wait".into()),
+    ];
+    parts
+        .into_iter()
+        .fold((f64::MIN, String::new()), |best, p| {
+            if p.0 > best.0 { p } else { best }
+        })
+        .1
+}
+
+/// A small deterministic generator: the same steps give the same interval.
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn below(&mut self, n: usize) -> usize {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        (z % n as u64) as usize
+    }
+}
+
+fn round3(v: f64) -> f64 {
+    (v * 1e3).round() / 1e3
+}
+
+/// The estimate for each cause that lost at least [`MIN_SHARE`] of `observed_ns`, largest
+/// speedup first. `parts` are the steps' (see [`super::steps::Found::parts`]).
+pub fn estimate(
+    parts: &[StepParts],
+    pace: &Pace,
+    lost: &BTreeMap<Cause, u64>,
+    observed_ns: u64,
+) -> Vec<WhatIf> {
+    if parts.is_empty() || observed_ns == 0 {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for (&cause, &ns) in lost {
+        if (ns as f64) < MIN_SHARE * observed_ns as f64 {
+            continue;
+        }
+        let Some(fixed_steps): Option<Vec<StepSplit>> =
+            parts.iter().map(|p| fixed(cause, p, pace)).collect()
+        else {
+            continue;
+        };
+        let now: Vec<f64> = parts.iter().map(|p| p.split.total()).collect();
+        let after: Vec<f64> = fixed_steps.iter().map(StepSplit::total).collect();
+        let (now_sum, after_sum) = (now.iter().sum::<f64>(), after.iter().sum::<f64>());
+        if after_sum <= 0.0 {
+            continue;
+        }
+        let n = parts.len();
+        let mut rng = SplitMix(n as u64 ^ (cause as u64).rotate_left(32));
+        let mut ratios: Vec<f64> = (0..RESAMPLES)
+            .map(|_| {
+                let (mut a, mut b) = (0.0, 0.0);
+                for _ in 0..n {
+                    let i = rng.below(n);
+                    a += now[i];
+                    b += after[i];
+                }
+                if b > 0.0 { a / b } else { f64::INFINITY }
+            })
+            .collect();
+        ratios.sort_by(f64::total_cmp);
+        let at = |q: f64| ratios[((RESAMPLES - 1) as f64 * q).round() as usize];
+        let k = 1.0 / n as f64;
+        let mean_fixed = fixed_steps
+            .iter()
+            .fold(StepSplit::default(), |s, p| StepSplit {
+                input_wait: s.input_wait + p.input_wait * k,
+                copy: s.copy + p.copy * k,
+                host: s.host + p.host * k,
+                gpu: s.gpu + p.gpu * k,
+                collective: s.collective + p.collective * k,
+            });
+        out.push(WhatIf {
+            cause,
+            step_ms_now: round3(now_sum / n as f64 / 1e6),
+            step_ms_if_fixed: round3(after_sum / n as f64 / 1e6),
+            speedup: round3(now_sum / after_sum),
+            speedup_low: round3(at(0.05)),
+            speedup_high: round3(at(0.95)),
+            limited_next_by: next_limit(&mean_fixed, pace, lost, cause),
+        });
+    }
+    out.sort_by(|x, y| y.speedup.total_cmp(&x.speedup));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: f64 = 1e6;
+
+    fn step(input_wait: f64, copy: f64, host: f64, gpu: f64) -> StepParts {
+        StepParts {
+            split: StepSplit {
+                input_wait: input_wait * MS,
+                copy: copy * MS,
+                host: host * MS,
+                gpu: gpu * MS,
+                collective: 0.0,
+            },
+            copy_bytes: 64.0 * 1024.0 * 1024.0,
+        }
+    }
+
+    fn pace(kernel_ms: f64) -> Pace {
+        Pace {
+            kernel_ns: kernel_ms * MS,
+            link_gbps: 16.0,
+            max_link_gbps: 16.0,
+        }
+    }
+
+    fn lost(causes: &[(Cause, u64)]) -> BTreeMap<Cause, u64> {
+        causes.iter().copied().collect()
+    }
+
+    #[test]
+    fn removing_the_input_wait_leaves_the_rest_of_the_step() {
+        let parts: Vec<_> = (0..20)
+            .map(|i| step(300.0 + f64::from(i % 3), 1.0, 2.0, 100.0))
+            .collect();
+        let w = estimate(
+            &parts,
+            &pace(100.0),
+            &lost(&[(Cause::DataloaderCpu, 700)]),
+            1000,
+        );
+        assert_eq!(w.len(), 1);
+        let w = &w[0];
+        assert_eq!(w.cause, Cause::DataloaderCpu);
+        assert!((w.step_ms_if_fixed - 103.0).abs() < 1e-6, "{w:?}");
+        assert!((w.step_ms_now - 404.0).abs() < 1.0, "{w:?}");
+        assert!(
+            w.speedup_low <= w.speedup && w.speedup <= w.speedup_high,
+            "{w:?}"
+        );
+        assert!(w.speedup_high - w.speedup_low < 0.1, "steady steps: {w:?}");
+        assert_eq!(w.limited_next_by, "gpu");
+        assert_eq!(
+            w.describe(),
+            "fixing dataloader_cpu: 404 ms → 103 ms per step (3.9×, 3.9–3.9×); gpu limits next"
+        );
+    }
+
+    /// Host work that ran while the kernels did hid them: without it the sync waits for all
+    /// of the kernel time, so the step falls to the GPU's time, not by the host work.
+    #[test]
+    fn host_work_hidden_behind_the_gpu_gives_back_only_its_excess() {
+        // 200 ms of host work after launching 100 ms of kernels: the sync waits for none.
+        let parts = vec![step(0.0, 1.0, 200.0, 0.0); 10];
+        let w = estimate(
+            &parts,
+            &pace(100.0),
+            &lost(&[(Cause::HostCompute, 500)]),
+            1000,
+        );
+        assert!((w[0].step_ms_if_fixed - 101.0).abs() < 1e-6, "{w:?}");
+        assert!((w[0].speedup - 201.0 / 101.0).abs() < 1e-3, "{w:?}");
+        assert_eq!(w[0].limited_next_by, "gpu");
+    }
+
+    /// A wait counted as a copy's (or a collective's) held the kernels queued behind it: the
+    /// fixed step still waits for them.
+    #[test]
+    fn the_kernels_behind_a_removed_wait_are_still_waited_for() {
+        let parts = vec![step(0.0, 53.0, 0.1, 0.0); 10];
+        let w = estimate(
+            &parts,
+            &pace(10.0),
+            &lost(&[(Cause::PinnedMemoryCopy, 800)]),
+            1000,
+        );
+        let copy_ms = 64.0 * 1024.0 * 1024.0 / 16.0 / MS;
+        assert!(
+            (w[0].step_ms_if_fixed - (copy_ms + 10.0)).abs() < 1e-3,
+            "{w:?}"
+        );
+        assert_eq!(w[0].limited_next_by, "gpu");
+        let mut waiting = step(0.0, 1.0, 0.2, 0.0);
+        waiting.split.collective = 300.0 * MS;
+        let w = estimate(
+            &vec![waiting; 10],
+            &pace(100.0),
+            &lost(&[(Cause::NcclWait, 700)]),
+            1000,
+        );
+        assert!((w[0].step_ms_if_fixed - 101.0).abs() < 1e-3, "{w:?}");
+    }
+
+    #[test]
+    fn a_pinned_copy_moves_at_the_links_pace_and_the_next_limit_is_named() {
+        // 64 MiB staged by the CPU in 34 ms; pinned, at 16 GB/s, it takes 4.2 ms.
+        let parts = vec![step(0.0, 34.0, 40.0, 10.0); 10];
+        let l = lost(&[(Cause::PinnedMemoryCopy, 300), (Cause::HostCompute, 100)]);
+        let w = estimate(&parts, &pace(10.0), &l, 1000);
+        let pinned = w
+            .iter()
+            .find(|w| w.cause == Cause::PinnedMemoryCopy)
+            .unwrap();
+        let copy_ms = 64.0 * 1024.0 * 1024.0 / 16.0 / MS;
+        assert!(
+            (pinned.step_ms_if_fixed - (copy_ms + 50.0)).abs() < 1e-3,
+            "{pinned:?}"
+        );
+        assert_eq!(pinned.limited_next_by, "host_compute");
+    }
+
+    #[test]
+    fn small_causes_and_causes_without_a_model_get_no_estimate() {
+        let parts = vec![step(10.0, 1.0, 2.0, 100.0); 10];
+        let l = lost(&[
+            (Cause::DataloaderCpu, 10),
+            (Cause::Unknown, 500),
+            (Cause::GpuThrottled, 500),
+        ]);
+        assert!(estimate(&parts, &pace(100.0), &l, 1000).is_empty());
+        assert!(estimate(&[], &pace(100.0), &lost(&[(Cause::Disk, 900)]), 1000).is_empty());
+    }
+
+    #[test]
+    fn jittery_steps_widen_the_interval() {
+        let parts: Vec<_> = (0..30)
+            .map(|i| step(if i % 2 == 0 { 10.0 } else { 400.0 }, 1.0, 2.0, 100.0))
+            .collect();
+        let w = estimate(&parts, &pace(100.0), &lost(&[(Cause::Disk, 500)]), 1000);
+        assert!(w[0].speedup_high - w[0].speedup_low > 0.2, "{w:?}");
+        // The same steps give the same interval.
+        assert_eq!(
+            w,
+            estimate(&parts, &pace(100.0), &lost(&[(Cause::Disk, 500)]), 1000)
+        );
+    }
+}
