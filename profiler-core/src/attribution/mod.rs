@@ -5,6 +5,7 @@
 //! contributes 60% of its period as idle). Each sample period is a window; what the threads
 //! that feed the GPU, and the rest of the traced tree, did during that window (from the
 //! per-tick accounting) selects one cause for it. See README "Causes" for the rules.
+pub mod advice;
 mod causes;
 pub mod cuda_evidence;
 pub mod evidence;
@@ -29,6 +30,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::analysis::model::Analysis;
 use crate::analysis::timed_events::TimedEvents;
+pub use advice::Advice;
 pub use causes::{
     CAUSES, Cause, CauseSet, CauseSpec, CudaEvidenceKind, Metric, Scores, Signal, Speakers, Stacks,
 };
@@ -157,6 +159,8 @@ pub struct Attribution {
     pub verdict: Verdict,
     /// Causes the recording lacks a signal to judge: not scored in any window.
     pub unchecked: Vec<signals::Unchecked>,
+    /// What to change, every GPU's, the largest expected gain first.
+    pub advice: Vec<Advice>,
 }
 
 /// TensorFlow calls an input pipeline moderately bound at 5% of step time; NVML duty-cycle
@@ -196,6 +200,7 @@ pub fn attribute_with(
     let mut waiting = waiting::derive(a, calibration);
     let unchecked = signals::unchecked(a);
     let unjudged: CauseSet = unchecked.iter().map(|u| u.cause).collect();
+    let mut advice = Vec::new();
     let gpus: Vec<GpuAttribution> = a
         .gpus
         .values()
@@ -208,15 +213,20 @@ pub fn attribute_with(
                 waits: &waits,
                 unchecked: unjudged,
             };
-            attribute_gpu(a, timed, &roles, &lookups, g, w)
+            let attributed = attribute_gpu(a, timed, &roles, &lookups, g, w);
+            advice.extend(advice::advise(a, &roles, &index, &attributed));
+            attributed
         })
         .collect();
+    advice.sort_by(|x, y| y.expected_speedup.total_cmp(&x.expected_speedup));
+    advice::merge_alike(&mut advice);
     let verdict = verdict(&gpus);
     Some(Attribution {
         roles,
         gpus,
         verdict,
         unchecked,
+        advice,
     })
 }
 

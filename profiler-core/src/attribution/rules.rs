@@ -305,6 +305,7 @@ mod tests {
             collective_ns: collective,
             kernel_ns: kernel,
             copy_bytes: 0.0,
+            call_copy_bytes: 0.0,
         }
     }
 

@@ -152,7 +152,7 @@ pub struct Found {
 
 /// A call that blocks the host until the GPU is done with something: a sync, or a
 /// synchronous copy to the host (`.item()`, `.cpu()`).
-fn blocks(call: &CudaCall) -> bool {
+pub(super) fn blocks(call: &CudaCall) -> bool {
     matches!(
         call.op,
         CudaOp::Sync { .. }
@@ -301,7 +301,13 @@ fn step_parts(ends: &[u64], tid: u32, l: &Lookups<'_>) -> Vec<StepParts> {
                 gpu,
                 collective: cuda.collective_ns,
             },
-            copy_bytes: cuda.copy_bytes,
+            // Each copy once: by its call, else (a call too short to record a wait) by the
+            // sync that waited for it.
+            copy_bytes: if cuda.call_copy_bytes > 0.0 {
+                cuda.call_copy_bytes
+            } else {
+                cuda.copy_bytes
+            },
         });
     }
     parts

@@ -15,8 +15,10 @@ pub struct WaitTotals {
     pub sync_staged_ns: f64,
     pub collective_ns: f64,
     pub kernel_ns: f64,
-    /// All copy bytes, calls and syncs.
+    /// All copy bytes, calls and syncs (a copy a sync waited for counts in both).
     pub copy_bytes: f64,
+    /// The bytes of the copy calls alone: each copy once.
+    pub call_copy_bytes: f64,
 }
 
 impl WaitTotals {
@@ -66,7 +68,10 @@ impl<'a> WaitIndex<'a> {
             let len = (w.end_ns - w.start_ns).max(1) as f64;
             let bytes = w.bytes as f64 * ns / len;
             match (w.kind, w.sync) {
-                (WaitKind::PageableCopy | WaitKind::PinnedCopy, false) => t.call_copy_ns += ns,
+                (WaitKind::PageableCopy | WaitKind::PinnedCopy, false) => {
+                    t.call_copy_ns += ns;
+                    t.call_copy_bytes += bytes;
+                }
                 (WaitKind::PageableCopy | WaitKind::PinnedCopy, true) => {
                     t.sync_copy_ns += ns;
                     t.sync_pinned_bytes += w.pinned_bytes as f64 * ns / len;

@@ -61,6 +61,22 @@ fn write_report(report: &Report<'_>, level: usize, w: &mut dyn Write) -> io::Res
     let Some(attr) = report.attribution else {
         return writeln!(w, "\nNo GPU utilization samples were recorded.");
     };
+    if !attr.advice.is_empty() {
+        writeln!(w, "\n{h}# What to change\n")?;
+        for a in &attr.advice {
+            writeln!(
+                w,
+                "1. **{}** on GPU {} ({:.1}× faster): {}",
+                a.cause.name(),
+                a.gpu,
+                a.expected_speedup,
+                cell(&a.change)
+            )?;
+            for e in &a.evidence {
+                writeln!(w, "   - {}", cell(e))?;
+            }
+        }
+    }
     writeln!(w, "\n**Verdict:** {}", attr.verdict.text)?;
     if level == 1
         && let Some(s) = &report.ranks.straggler

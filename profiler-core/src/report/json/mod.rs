@@ -158,6 +158,9 @@ pub struct JsonReport<'a> {
     pub verdict: Option<Cow<'a, crate::attribution::Verdict>>,
     /// Causes the recording lacks a signal to judge, with why: not ruled out, not checked.
     pub unchecked_causes: Cow<'a, [crate::attribution::signals::Unchecked]>,
+    /// What to change, with numbers, the largest expected gain first.
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    pub advice: Cow<'a, [crate::attribution::Advice]>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -334,6 +337,7 @@ impl<'a> JsonReport<'a> {
             stalls: gpu::json_stalls(report.attribution),
             verdict: gpu::json_verdict(report.attribution),
             unchecked_causes: Cow::Borrowed(report.attribution.map_or(&[], |a| &a.unchecked)),
+            advice: Cow::Borrowed(report.attribution.map_or(&[], |a| &a.advice)),
         }
     }
 }

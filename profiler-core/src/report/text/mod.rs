@@ -49,6 +49,7 @@ fn write_job(job: &JobReport<'_>, mut w: &mut dyn Write) -> io::Result<()> {
 pub fn write_text<W: Write>(report: &Report<'_>, mut w: W) -> io::Result<()> {
     let analysis = report.analysis;
     write_header(analysis, report.load, &mut w)?;
+    write_advice(report, &mut w)?;
     gpu::write_text(report, &mut w)?;
     let ranks = &report.ranks;
     // With ranks, the job's answer is the straggler: say it next to the verdict.
@@ -65,6 +66,30 @@ pub fn write_text<W: Write>(report: &Report<'_>, mut w: W) -> io::Result<()> {
         write_process(analysis, process, &mut w)?;
     }
     write_top_files(analysis, &mut w)
+}
+
+/// What to change, first: each change with its expected speedup and the numbers behind it.
+fn write_advice<W: Write>(report: &Report<'_>, w: &mut W) -> io::Result<()> {
+    let advice = report.attribution.map_or(&[][..], |a| &a.advice);
+    if advice.is_empty() {
+        return Ok(());
+    }
+    writeln!(w, "what to change (largest gain first):")?;
+    for (i, a) in advice.iter().enumerate() {
+        writeln!(
+            w,
+            "  {}. {} on GPU {} ({:.1}× faster): {}",
+            i + 1,
+            a.cause.name(),
+            a.gpu,
+            a.expected_speedup,
+            a.change
+        )?;
+        for e in &a.evidence {
+            writeln!(w, "       {e}")?;
+        }
+    }
+    writeln!(w)
 }
 
 fn write_cuda<W: Write>(summary: &CudaSummary<'_>, w: &mut W) -> io::Result<()> {
