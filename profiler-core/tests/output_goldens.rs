@@ -249,7 +249,7 @@ fn the_gates_diff_and_check_in_each_format() {
         assert_golden(&format!("gate/diff.{}", extension(f)), &text);
     }
     let budget = Budget::parse(
-        "idle = \"15%\"\ndataloader_cpu = \"5%\"\nbusy = \"20%\"\nlost_events = 0\n",
+        "idle = \"15%\"\ndataloader_cpu = \"5%\"\nbusy = \"20%\"\nlost_events = 0\nstep_ms_p50 = \"350ms\"\n",
         "budget.toml",
     )
     .unwrap();

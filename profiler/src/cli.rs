@@ -155,7 +155,8 @@ pub struct CheckArgs {
     /// A recording or a JSON report.
     pub run: PathBuf,
     /// A TOML file of budgets: `idle = "15%"`, `dataloader_cpu = "5%"` (at most),
-    /// `busy = "80%"` (at least), `lost_events = 0` (at most).
+    /// `busy = "80%"` (at least), `lost_events = 0` (at most), `step_ms_p50 = "120ms"` (the
+    /// training step's median, at most; also p90 and p99).
     #[arg(long, value_name = "FILE")]
     pub budget: PathBuf,
     #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = one_of(Format::names(Format::GATE)))]

@@ -6,6 +6,7 @@
 //! dataloader_cpu = "5%"   # one cause's idle time, at most
 //! busy = "80%"            # the busy share, at least
 //! lost_events = 0         # events the kernel could not deliver, at most
+//! step_ms_p50 = "120ms"   # the training step's median time, at most (p90, p99 too)
 //! ```
 use serde::Serialize;
 
@@ -22,6 +23,43 @@ pub enum Bound {
     AtLeast(f64),
     /// A count, at most.
     CountAtMost(u64),
+    /// A step time, ms, at most.
+    MsAtMost(f64),
+}
+
+/// The step-time budgets, by key, and the percentile each reads.
+const STEP_BUDGETS: [(&str, u32); 3] = [
+    ("step_ms_p50", 50),
+    ("step_ms_p90", 90),
+    ("step_ms_p99", 99),
+];
+
+/// `"120ms"`, `"0.12s"` or a bare number of milliseconds.
+fn millis(file: &str, key: &str, v: &toml::Value) -> Result<f64, InputError> {
+    let bad = || {
+        InputError::new(
+            file,
+            format!("`{key}` must be a step time like \"120ms\" or \"0.5s\", not {v}"),
+        )
+    };
+    let ms = match v {
+        toml::Value::Integer(n) => *n as f64,
+        toml::Value::Float(f) => *f,
+        toml::Value::String(s) => {
+            let s = s.trim();
+            let (num, scale) = match (s.strip_suffix("ms"), s.strip_suffix('s')) {
+                (Some(n), _) => (n, 1.0),
+                (None, Some(n)) => (n, 1e3),
+                (None, None) => (s, 1.0),
+            };
+            num.trim().parse::<f64>().map_err(|_| bad())? * scale
+        }
+        _ => return Err(bad()),
+    };
+    if !(ms.is_finite() && ms > 0.0) {
+        return Err(bad());
+    }
+    Ok(ms)
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -74,6 +112,9 @@ impl Budget {
                         })?,
                 ),
                 BUSY => Bound::AtLeast(percent(file, key, v)?),
+                k if STEP_BUDGETS.iter().any(|(name, _)| *name == k) => {
+                    Bound::MsAtMost(millis(file, key, v)?)
+                }
                 k if k == IDLE || Cause::from_name(k).is_some() => {
                     Bound::AtMost(percent(file, key, v)?)
                 }
@@ -82,7 +123,8 @@ impl Budget {
                     return Err(InputError::new(
                         file,
                         format!(
-                            "unknown budget `{k}`; one of: idle, busy, lost_events, {}",
+                            "unknown budget `{k}`; one of: idle, busy, lost_events, \
+                             step_ms_p50, step_ms_p90, step_ms_p99, {}",
                             causes.join(", ")
                         ),
                     ));
@@ -139,9 +181,42 @@ pub fn check(run: &Run, budget: &Budget) -> Result<CheckReport, InputError> {
             "has no GPU utilization samples: its GPU budgets cannot be checked",
         ));
     }
+    let steps = budget
+        .limits
+        .iter()
+        .any(|l| matches!(l.bound, Bound::MsAtMost(_)));
+    if steps && run.gpus.iter().all(|g| g.step_ms.is_none()) {
+        return Err(InputError::new(
+            &run.file,
+            "has no steady training steps on any GPU: its step budgets cannot be checked",
+        ));
+    }
     let mut rows = Vec::new();
     for limit in &budget.limits {
         match limit.bound {
+            Bound::MsAtMost(max) => {
+                let q = STEP_BUDGETS
+                    .iter()
+                    .find(|(name, _)| *name == limit.name)
+                    .map_or(50, |(_, q)| *q);
+                for g in &run.gpus {
+                    let Some(t) = g.step_ms else {
+                        continue;
+                    };
+                    let value = match q {
+                        50 => t.p50,
+                        90 => t.p90,
+                        _ => t.p99,
+                    };
+                    rows.push(CheckRow {
+                        gpu: Some(g.index),
+                        name: limit.name.clone(),
+                        value,
+                        bound: limit.bound,
+                        pass: value <= max + 1e-9,
+                    });
+                }
+            }
             Bound::CountAtMost(max) => rows.push(CheckRow {
                 gpu: None,
                 name: limit.name.clone(),
@@ -160,7 +235,9 @@ pub fn check(run: &Run, budget: &Budget) -> Result<CheckReport, InputError> {
                     let pass = match limit.bound {
                         Bound::AtMost(max) => value <= max + 1e-12,
                         Bound::AtLeast(min) => value + 1e-12 >= min,
-                        Bound::CountAtMost(_) => unreachable!("handled above"),
+                        Bound::CountAtMost(_) | Bound::MsAtMost(_) => {
+                            unreachable!("handled above")
+                        }
                     };
                     rows.push(CheckRow {
                         gpu: Some(g.index),
@@ -229,6 +306,34 @@ mod tests {
     }
 
     #[test]
+    fn a_step_budget_reads_the_steps_percentile_and_needs_steps() {
+        let mut r = run();
+        let b = Budget::parse("step_ms_p50 = \"120ms\"\nstep_ms_p99 = \"0.2s\"", "b.toml").unwrap();
+        let e = check(&r, &b).unwrap_err();
+        assert!(e.reason.contains("no steady training steps"), "{e}");
+        r.gpus[0].step_ms = Some(crate::attribution::StepTimes {
+            p50: 100.0,
+            p90: 150.0,
+            p99: 250.0,
+        });
+        let c = check(&r, &b).unwrap();
+        let verdicts: Vec<(&str, f64, bool)> = c
+            .rows
+            .iter()
+            .map(|r| (r.name.as_str(), r.value, r.pass))
+            .collect();
+        assert_eq!(
+            verdicts,
+            [("step_ms_p50", 100.0, true), ("step_ms_p99", 250.0, false)]
+        );
+        assert_eq!(c.exit_code(), 1);
+        assert_eq!(
+            Budget::parse("step_ms_p90 = 90", "b.toml").unwrap().limits[0].bound,
+            Bound::MsAtMost(90.0)
+        );
+    }
+
+    #[test]
     fn a_bad_budget_names_its_file_and_key() {
         for (text, want) in [
             ("disk = 5", "\"5%\""),
@@ -237,6 +342,8 @@ mod tests {
             ("idle = \"150%\"", "share"),
             ("", "sets no budget"),
             ("idle = ", ""),
+            ("step_ms_p50 = \"fast\"", "step time"),
+            ("step_ms_p50 = \"-3ms\"", "step time"),
         ] {
             let e = Budget::parse(text, "budget.toml").unwrap_err();
             assert_eq!(e.file, "budget.toml");

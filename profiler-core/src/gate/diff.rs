@@ -114,7 +114,61 @@ pub struct DiffReport {
     pub regressions: usize,
     /// What changed behind each regressed cause.
     pub changes: Vec<CauseChange>,
+    /// Each GPU's step time and the gains its causes' fixes would give, base against new:
+    /// shown beside the shares, never failing the diff.
+    pub steps: Vec<StepRow>,
     pub method: &'static str,
+}
+
+/// One GPU's median step (ms, the mean over a side's runs that found steady steps) and what
+/// fixing each cause would give, base against new.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct StepRow {
+    pub gpu: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rank: Option<u32>,
+    pub base_ms: Option<f64>,
+    pub new_ms: Option<f64>,
+    pub gains: Vec<Gain>,
+}
+
+/// A cause's predicted speedup if fixed, the mean over a side's runs that predicted one.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Gain {
+    pub cause: String,
+    pub base: Option<f64>,
+    pub new: Option<f64>,
+}
+
+fn mean(v: impl Iterator<Item = f64>) -> Option<f64> {
+    let (sum, n) = v.fold((0.0, 0usize), |(s, n), x| (s + x, n + 1));
+    (n > 0).then(|| sum / n as f64)
+}
+
+/// GPU `i`'s step row.
+fn step_row(base: &[Run], new: &[Run], i: usize, rank: Option<u32>) -> StepRow {
+    let p50 = |runs: &[Run]| mean(runs.iter().filter_map(|r| r.gpus[i].step_ms.map(|t| t.p50)));
+    let causes: BTreeSet<&str> = base
+        .iter()
+        .chain(new)
+        .flat_map(|r| r.gpus[i].gains.keys().map(String::as_str))
+        .collect();
+    let gain =
+        |runs: &[Run], c: &str| mean(runs.iter().filter_map(|r| r.gpus[i].gains.get(c).copied()));
+    StepRow {
+        gpu: base[0].gpus[i].index,
+        rank,
+        base_ms: p50(base),
+        new_ms: p50(new),
+        gains: causes
+            .into_iter()
+            .map(|c| Gain {
+                cause: c.to_owned(),
+                base: gain(base, c),
+                new: gain(new, c),
+            })
+            .collect(),
+    }
 }
 
 impl DiffReport {
@@ -304,6 +358,13 @@ pub fn diff<'a>(
         rows,
         regressions,
         changes: changes(base, new, &regressed_causes),
+        steps: (0..base[0].gpus.len())
+            .map(|i| {
+                let rank = base[0].gpus[i].rank.filter(|_| by_rank);
+                step_row(base, new, i, rank)
+            })
+            .filter(|s| s.base_ms.is_some() || s.new_ms.is_some() || !s.gains.is_empty())
+            .collect(),
         method: METHOD,
     })
 }
@@ -335,9 +396,47 @@ mod tests {
                 idle_by_cause: BTreeMap::from([(cause.to_owned(), idle_ns)]),
                 seconds,
                 evidence: BTreeMap::new(),
+                ..GpuRun::default()
             }],
             ..Run::default()
         }
+    }
+
+    /// The step time and the predicted gains come side by side, from the runs that have them.
+    #[test]
+    fn step_times_and_predicted_gains_are_shown_base_against_new() {
+        let with = |file: &str, p50: Option<f64>, gains: &[(&str, f64)]| {
+            let mut r = run(file, 10, "disk", |_| 0.2);
+            r.gpus[0].step_ms = p50.map(|p50| crate::attribution::StepTimes {
+                p50,
+                p90: p50,
+                p99: p50,
+            });
+            r.gpus[0].gains = gains.iter().map(|(c, x)| ((*c).to_owned(), *x)).collect();
+            r
+        };
+        let base = [
+            with("b1", Some(100.0), &[("disk", 1.5)]),
+            with("b2", Some(110.0), &[("disk", 1.7)]),
+            with("b3", None, &[]),
+        ];
+        let new = [with("n1", Some(150.0), &[("host_compute", 2.0)])];
+        let d = diff(&base, &new, &Thresholds::default()).unwrap();
+        assert_eq!(d.steps.len(), 1);
+        let s = &d.steps[0];
+        assert_eq!((s.base_ms, s.new_ms), (Some(105.0), Some(150.0)));
+        let gains: Vec<(&str, Option<f64>, Option<f64>)> = s
+            .gains
+            .iter()
+            .map(|g| (g.cause.as_str(), g.base, g.new))
+            .collect();
+        assert_eq!(
+            gains,
+            [("disk", Some(1.6), None), ("host_compute", None, Some(2.0))]
+        );
+        assert_eq!(d.exit_code(), 0, "steps never gate");
+        let none = diff(&base[2..], &base[2..], &Thresholds::default()).unwrap();
+        assert!(none.steps.is_empty());
     }
 
     fn row<'a>(d: &'a DiffReport, metric: &str) -> &'a Row {

@@ -28,6 +28,10 @@ pub struct GpuRun {
     pub seconds: Vec<Second>,
     /// Each cause's evidence over all its windows, as the JSON report has it.
     pub evidence: BTreeMap<String, Evidence>,
+    /// Its feeder's step time, when the report found steady steps.
+    pub step_ms: Option<crate::attribution::StepTimes>,
+    /// The speedup each cause's fix would give (the report's what-if).
+    pub gains: BTreeMap<String, f64>,
 }
 
 /// One run: a recording or a JSON report.
@@ -97,6 +101,12 @@ impl Run {
                     .causes
                     .iter()
                     .map(|c| (c.cause.name().to_owned(), c.evidence.clone()))
+                    .collect(),
+                step_ms: g.steps.as_ref().and_then(|s| s.step_ms),
+                gains: g
+                    .what_if
+                    .iter()
+                    .map(|w| (w.cause.name().to_owned(), w.speedup))
                     .collect(),
             })
             .collect();

@@ -3,7 +3,7 @@
 use std::io::{self, Write};
 
 use super::check::{Bound, CheckReport};
-use super::diff::{Change, DiffReport, Row};
+use super::diff::{Change, DiffReport, Row, StepRow};
 use super::evidence::{CauseChange, Moved};
 use crate::report::Format;
 
@@ -86,6 +86,31 @@ pub fn write_diff(d: &DiffReport, format: Format, w: &mut dyn Write) -> io::Resu
                 )?;
             }
             writeln!(w, "{}", summary(d))?;
+            if !d.steps.is_empty() {
+                writeln!(
+                    w,
+                    "training step (p50) and the speedup each fix would give; shown, not gated:"
+                )?;
+            }
+            for s in &d.steps {
+                writeln!(
+                    w,
+                    "  GPU {}: {} -> {}{}",
+                    step_label(s),
+                    step_ms(s.base_ms),
+                    step_ms(s.new_ms),
+                    step_change(s)
+                )?;
+                for g in &s.gains {
+                    writeln!(
+                        w,
+                        "    fixing {}: {} -> {}",
+                        g.cause,
+                        times(g.base),
+                        times(g.new)
+                    )?;
+                }
+            }
             for c in &d.changes {
                 writeln!(w, "what changed behind {} on GPU {}:", c.cause, c.gpu)?;
                 for (kind, list) in moved_lists(c) {
@@ -136,6 +161,33 @@ pub fn write_diff(d: &DiffReport, format: Format, w: &mut dyn Write) -> io::Resu
                     }
                 )?;
             }
+            if !d.steps.is_empty() {
+                writeln!(w)?;
+                writeln!(w, "**Training step** (p50; shown, not gated)")?;
+                writeln!(w)?;
+                writeln!(w, "| GPU | | base | new |")?;
+                writeln!(w, "|---:|---|---:|---:|")?;
+                for s in &d.steps {
+                    writeln!(
+                        w,
+                        "| {} | step time | {} | {}{} |",
+                        step_label(s),
+                        step_ms(s.base_ms),
+                        step_ms(s.new_ms),
+                        step_change(s)
+                    )?;
+                    for g in &s.gains {
+                        writeln!(
+                            w,
+                            "| {} | fixing `{}` | {} | {} |",
+                            step_label(s),
+                            g.cause,
+                            times(g.base),
+                            times(g.new)
+                        )?;
+                    }
+                }
+            }
             for c in &d.changes {
                 writeln!(w)?;
                 writeln!(w, "**What changed behind `{}` on GPU {}**", c.cause, c.gpu)?;
@@ -178,6 +230,29 @@ fn amount(m: &Moved, v: f64) -> String {
     }
 }
 
+fn step_label(s: &StepRow) -> String {
+    match s.rank {
+        Some(rank) => format!("{} (rank {rank})", s.gpu),
+        None => s.gpu.to_string(),
+    }
+}
+
+fn step_ms(ms: Option<f64>) -> String {
+    ms.map_or("-".to_owned(), |ms| format!("{ms:.1} ms"))
+}
+
+/// ` (+12%)`: the new step against the base one, when both have one.
+fn step_change(s: &StepRow) -> String {
+    match (s.base_ms, s.new_ms) {
+        (Some(b), Some(n)) if b > 0.0 => format!(" ({:+.0}%)", (n / b - 1.0) * 100.0),
+        _ => String::new(),
+    }
+}
+
+fn times(x: Option<f64>) -> String {
+    x.map_or("-".to_owned(), |x| format!("{x:.2}×"))
+}
+
 /// The GPU index, with the rank when runs are matched by rank.
 fn gpu_label(r: &Row) -> String {
     match r.rank {
@@ -199,12 +274,14 @@ fn bound(b: Bound) -> String {
         Bound::AtMost(s) => format!("≤ {}", pct(s)),
         Bound::AtLeast(s) => format!("≥ {}", pct(s)),
         Bound::CountAtMost(n) => format!("≤ {n}"),
+        Bound::MsAtMost(ms) => format!("≤ {ms:.0} ms"),
     }
 }
 
 fn value(b: Bound, v: f64) -> String {
     match b {
         Bound::CountAtMost(_) => format!("{v:.0}"),
+        Bound::MsAtMost(_) => format!("{v:.1} ms"),
         _ => pct(v),
     }
 }
