@@ -12,6 +12,7 @@ mod soak;
 mod switch_cost;
 mod tracers;
 mod unwind;
+mod whatif;
 
 use std::time::Duration;
 
@@ -72,6 +73,9 @@ pub struct BenchArgs {
     /// Pairs of runs of each kind `gate` compares.
     #[arg(long, default_value_t = 20)]
     pub pairs: usize,
+    /// Runs of each scenario `whatif` records and measures [default: 5].
+    #[arg(long)]
+    pub runs: Option<u32>,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -93,6 +97,11 @@ pub enum Which {
     /// Stack readability on stallgen, frame pointers alone against DWARF CFI: samples with an
     /// `[unknown]` frame, median depth, time per DWARF unwind, steps per second.
     Unwind,
+    /// stallscope's what-if predictions against the speedup measured by running the fix:
+    /// each stallgen scenario recorded (`--secs`, default 7), then run untraced with and
+    /// without its cause, `--runs` times (default 5); top cause, steps found, confusion
+    /// matrix.
+    Whatif,
 }
 
 pub fn run(args: BenchArgs) -> anyhow::Result<()> {
@@ -127,6 +136,12 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
                 crate::build().context("building stallscope (skip with --no-build)")?;
             }
             unwind::unwind(args.secs.unwrap_or(6).max(1) as u32)
+        }
+        Which::Whatif => {
+            if !args.no_build {
+                crate::build().context("building stallscope (skip with --no-build)")?;
+            }
+            whatif::whatif(args.runs.unwrap_or(5).max(1), args.secs.unwrap_or(7).max(2))
         }
     }
 }

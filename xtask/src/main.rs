@@ -47,7 +47,9 @@ enum Cmd {
         #[arg(last = true)]
         args: Vec<String>,
     },
-    /// Benchmarks: `overhead` (tracer cost against peers).
+    /// Benchmarks: `overhead` (tracer cost against peers), `analyze`, `soak`, `agent-soak`,
+    /// `gate`, `unwind`, `whatif` (predicted speedups against the fixes run; `--runs N
+    /// --secs S`).
     Bench(bench::BenchArgs),
     /// Coverage-guided fuzzing (cargo-fuzz, nightly) of the recording decoder and the report.
     Fuzz {
