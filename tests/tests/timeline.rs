@@ -262,6 +262,22 @@ fn the_demo_recording_as_a_perfetto_trace_and_a_page_chromium_opens() {
         report["processes"].as_array().unwrap().len(),
         "a lane per traced process"
     );
+    let with_steps = report["gpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|g| g["steps"]["count"].as_u64().unwrap_or(0) > 1)
+        .count();
+    assert_eq!(count("steps"), with_steps, "a step lane per GPU with steps");
+    let advised: Vec<&Value> = report["advice"]
+        .as_array()
+        .map(|a| a.iter().map(|a| &a["cause"]).collect())
+        .unwrap_or_default();
+    let shown: Vec<&Value> = checked["advice"].as_array().unwrap().iter().collect();
+    assert_eq!(
+        shown, advised,
+        "the page's What to change, in the report's order"
+    );
     let clicked = &checked["clicked"];
     assert!(
         clicked.is_object(),

@@ -36,6 +36,8 @@ def main(page_path, out_dir, chromium):
         page.wait_for_function("window.stallscope !== undefined", timeout=60000)
         load_s = time.monotonic() - started
         lanes = page.evaluate("window.stallscope.lanes()")
+        advice = page.evaluate(
+            "[...document.querySelectorAll('#advice > ol > li')].map((li) => li.dataset.cause)")
         data = page.evaluate("JSON.parse(document.getElementById('stallscope-data').textContent)")
         longest = None
         for ri, rec in enumerate(data["recordings"]):
@@ -62,7 +64,8 @@ def main(page_path, out_dir, chromium):
             }
         page.screenshot(path=str(out / "report.png"), full_page=True)
         browser.close()
-    json.dump({"errors": errors, "requests": requests, "lanes": lanes, "clicked": clicked,
+    json.dump({"errors": errors, "requests": requests, "lanes": lanes, "advice": advice,
+               "clicked": clicked,
                "load_s": load_s, "screenshot": str(out / "report.png")}, sys.stdout)
 
 

@@ -459,6 +459,10 @@ fn recording(
         enc.slices(lost, g.lost.iter().map(|(_, _, s)| s), clock)?;
         let stalls = enc.named_track(Some(gpu), &format!("GPU {} stalls", g.index))?;
         enc.slices(stalls, g.stalls.iter().map(|(_, s)| s), clock)?;
+        if !g.steps.is_empty() {
+            let steps = enc.named_track(Some(gpu), &format!("GPU {} training steps", g.index))?;
+            enc.slices(steps, &g.steps, clock)?;
+        }
     }
 
     for p in &r.processes {
@@ -551,7 +555,7 @@ mod tests {
         let slices: usize = lanes
             .gpus
             .iter()
-            .map(|g| g.lost.len() + g.stalls.len())
+            .map(|g| g.lost.len() + g.stalls.len() + g.steps.len())
             .sum::<usize>()
             + lanes
                 .processes

@@ -49,6 +49,9 @@ pub struct GpuLanes {
     /// start: NVML says how much of a period was idle, not when. With the window's scores.
     pub lost: Vec<(Lost, Cause, Slice)>,
     pub stalls: Vec<(Cause, Slice)>,
+    /// The feeder's training steps, each with its parts in ms (see
+    /// [`crate::attribution::steps`]).
+    pub steps: Vec<Slice>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -263,6 +266,7 @@ fn gpus(a: &Analysis, attribution: Option<&Attribution>) -> Vec<GpuLanes> {
                 .map(|st| (st.cause, stall_slice(st)))
                 .collect();
             stalls.sort_by_key(|(_, s)| s.start_ns);
+            let steps = labelled.map_or_else(Vec::new, step_slices);
             GpuLanes {
                 index,
                 name: g.info.name.clone(),
@@ -286,7 +290,27 @@ fn gpus(a: &Analysis, attribution: Option<&Attribution>) -> Vec<GpuLanes> {
                     .collect(),
                 lost,
                 stalls,
+                steps,
             }
+        })
+        .collect()
+}
+
+/// One slice per step, `step N`, with its parts.
+fn step_slices(ga: &crate::attribution::GpuAttribution) -> Vec<Slice> {
+    let ms = |ns: f64| Arg::Float((ns / 1e3).round() / 1e3);
+    ga.step_ends_ns
+        .windows(2)
+        .zip(&ga.step_parts)
+        .enumerate()
+        .map(|(i, (w, p))| {
+            let s = &p.split;
+            Slice::new(w[0], w[1], format!("step {}", i + 1))
+                .arg("input_wait_ms", ms(s.input_wait))
+                .arg("copy_ms", ms(s.copy))
+                .arg("host_ms", ms(s.host))
+                .arg("gpu_ms", ms(s.gpu))
+                .arg("collective_ms", ms(s.collective))
         })
         .collect()
 }

@@ -200,6 +200,16 @@ fn recording(r: &RecordingLanes<'_>, offset_us: i64) -> Value {
                     v
                 })
                 .collect();
+            // [start, end, input wait, copy, host, gpu, collective] (ms).
+            let steps: Vec<Value> = g
+                .steps
+                .iter()
+                .map(|s| {
+                    let mut v = vec![json!(rel_us(r, s.start_ns)), json!(rel_us(r, s.end_ns))];
+                    v.extend(s.args.iter().map(|(_, a)| arg_value(a)));
+                    Value::Array(v)
+                })
+                .collect();
             json!({
                 "index": g.index,
                 "name": g.name,
@@ -207,6 +217,7 @@ fn recording(r: &RecordingLanes<'_>, offset_us: i64) -> Value {
                 "sm": sm,
                 "lost": packed(lost, span_us),
                 "stalls": stalls,
+                "steps": steps,
             })
         })
         .collect();

@@ -44,6 +44,20 @@
   if (data.report.clock_note) header.append(el("p", { class: "meta", text: data.report.clock_note }));
   body.append(header);
 
+  // ---- What to change: first, the largest gain first ----
+  const advice = reports.flatMap((r) => (r.advice || []).map((a) => [r, a]));
+  if (advice.length) {
+    const list = el("ol", { class: "advice" });
+    for (const [r, a] of advice) {
+      const ev = el("ul", {});
+      for (const e of a.evidence || []) ev.append(el("li", { text: e }));
+      list.append(el("li", { "data-cause": a.cause },
+        el("strong", { text: `${a.cause} on ${r.file ? r.file + ", " : ""}GPU ${a.gpu} ` +
+          `(${a.expected_speedup.toFixed(1)}× faster): ` }), a.change, ev));
+    }
+    body.append(el("section", { id: "advice" }, el("h2", { text: "What to change" }), list));
+  }
+
   // ---- Cause table ----
   const causeSection = el("section", { id: "causes" }, el("h2", { text: "Where the GPU time went" }));
   for (const r of reports) {
@@ -62,6 +76,18 @@
       causeSection.append(el("h3", { text: `${r.file ? r.file + ", " : ""}GPU ${g.index} ${g.name || ""}: ` +
         `busy ${pct((g.busy_ns - (g.waiting_ns || 0)) / Math.max(1, g.observed_ns))}, ` +
         `waiting ${pct((g.waiting_ns || 0) / Math.max(1, g.observed_ns))}, idle ${pct(g.idle_ns / Math.max(1, g.observed_ns))}` }), t);
+      const st = g.steps;
+      if (st) {
+        causeSection.append(el("p", { class: "steps", text: st.step_ms ?
+          `steps: ${st.count}, ${st.step_ms.p50.toFixed(1)} ms p50 (p90 ${st.step_ms.p90.toFixed(1)}, ` +
+          `p99 ${st.step_ms.p99.toFixed(1)}), found by ${st.found_by}` : `steps: ${st.found_by}` }));
+      }
+      for (const w of g.what_if || []) {
+        causeSection.append(el("p", { class: "what-if", "data-cause": w.cause, text:
+          `what if: fixing ${w.cause}: ${w.step_ms_now.toFixed(1)} ms → ${w.step_ms_if_fixed.toFixed(1)} ms per step ` +
+          `(${w.speedup.toFixed(1)}×, ${w.speedup_low.toFixed(1)}–${w.speedup_high.toFixed(1)}×); ` +
+          `${w.limited_next_by} limits next` }));
+      }
     }
   }
   body.append(causeSection);
@@ -155,6 +181,21 @@
           const i = find(stalls, t - off);
           if (i >= 0) showEvidence(g, stalls[i][2], rec);
         }).stalls = stalls;
+      if ((g.steps || []).length) {
+        const parts = ["input wait", "copy", "host", "gpu", "collective"];
+        addLane("steps", `GPU ${g.index} training steps`, { "data-recording": ri, "data-gpu": g.index },
+          (ctx, c, h) => {
+            let n = 0;
+            fillSpans(ctx, c, g.steps, off, 2, h - 4, () => (n++ % 2 ? "#9ecae1" : "#4292c6"));
+          },
+          (t) => {
+            const i = find(g.steps, t - off);
+            if (i < 0) return `GPU ${g.index}: between steps`;
+            const s = g.steps[i];
+            return `step ${i + 1}: ${dur(s[1] - s[0])}\n` +
+              parts.map((p, k) => `${p} ${s[k + 2].toFixed(1)} ms`).join(", ");
+          });
+      }
     }
     for (const p of rec.processes) {
       const rank = p.rank != null ? ` · rank ${p.rank}` : p.is_rank ? " · rank ?" : "";
