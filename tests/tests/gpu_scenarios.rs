@@ -217,6 +217,7 @@ fn labelled(r: &Run, scenario: &str, cause: &str) -> Result<(), String> {
         launch_rate_agrees(r)?;
     }
     steps_found(r).map_err(|e| format!("{scenario}: {e}"))?;
+    prescribed(r, cause).map_err(|e| format!("{scenario}: {e}"))?;
     if expected >= STALL_EXPECTED_ABOVE {
         // The moment before the probes attach has no cause, and can make a long stall of its
         // own.
@@ -333,6 +334,64 @@ fn steps_found(r: &Run) -> Result<(), String> {
         return Err(format!(
             "the report's step is mostly {dominant}, stallgen's per step: {}: {steps}",
             per_step.join(", ")
+        ));
+    }
+    Ok(())
+}
+
+/// How far the what-if's step with the cause fixed may be from stallgen's own step less the
+/// cause's part, as a share of the latter.
+const WHAT_IF_AGREEMENT: f64 = 0.2;
+
+/// The report prescribes for the injected cause first, and predicts its fix: where stallgen's
+/// steps log holds the cause's part of each step (the wait for a batch, the host work after
+/// the sync), the predicted fixed step is its steps' mean less that part.
+fn prescribed(r: &Run, cause: &str) -> Result<(), String> {
+    let advice = r.report["advice"]
+        .as_array()
+        .filter(|a| !a.is_empty())
+        .ok_or_else(|| format!("no advice for {cause}"))?;
+    if advice[0]["cause"] != cause {
+        return Err(format!("the first advice is not for {cause}: {advice:?}"));
+    }
+    let g = gpu(&r.report);
+    let w = g["what_if"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|w| w["cause"] == cause)
+        .ok_or_else(|| format!("no what-if for {cause}: {}", g["what_if"]))?;
+    let predicted = w["step_ms_if_fixed"].as_f64().unwrap_or(0.0);
+    let part = match cause {
+        "dataloader_cpu" | "disk" | "cpu_contention" => "wait_batch_ns",
+        "host_compute" => "host_ns",
+        _ => return Ok(()),
+    };
+    let ns = |s: &Value, k: &str| s[k].as_u64().unwrap_or(0) as f64;
+    let fixed: Vec<f64> = r
+        .steps_log
+        .iter()
+        .skip(1)
+        .map(|s| {
+            let whole: f64 = [
+                "wait_batch_ns",
+                "copy_ns",
+                "launch_ns",
+                "sync_ns",
+                "host_ns",
+            ]
+            .iter()
+            .map(|k| ns(s, k))
+            .sum();
+            (whole - ns(s, part)) / 1e6
+        })
+        .collect();
+    let truth = fixed.iter().sum::<f64>() / fixed.len().max(1) as f64;
+    eprintln!("what-if for {cause}: predicted {predicted:.1} ms a step, stallgen {truth:.1} ms");
+    if (predicted - truth).abs() > WHAT_IF_AGREEMENT * truth {
+        return Err(format!(
+            "fixing {cause}: predicted {predicted:.1} ms a step, stallgen's steps less their \
+             {part} take {truth:.1} ms: {w}"
         ));
     }
     Ok(())
@@ -745,7 +804,14 @@ fn healthy(r: &Run) -> Result<(), String> {
             r.report["verdict"]
         ));
     }
-    steps_found(r).map_err(|e| format!("healthy: {e}"))
+    steps_found(r).map_err(|e| format!("healthy: {e}"))?;
+    match r.report["advice"].as_array() {
+        Some(advice) if !advice.is_empty() => Err(format!(
+            "healthy ({:.1}% idle by the device) got advice: {advice:?}",
+            device * 100.0
+        )),
+        _ => Ok(()),
+    }
 }
 
 #[test]

@@ -6,8 +6,10 @@
 //! The kernels run while the feeder does its host work after launching them, so host work
 //! hides kernel time and the sync waits only for the rest. Removing a part therefore exposes
 //! whatever it hid:
-//! - an input cause (`dataloader_cpu`, `disk`, `cpu_contention`): the batch is ready when the
-//!   feeder asks; the rest of the step stays as it was;
+//! - an input cause (`dataloader_cpu`, `disk`, `cpu_contention`): its share of the loader's
+//!   time goes (a worker that both reads and decodes gives each its part, by the time each
+//!   took from the GPU), so the loader makes a batch every `step × (1 − share)`, and the
+//!   feeder waits only for what that leaves beyond the rest of its step;
 //! - `host_compute`, `launch_overhead`: the feeder's host work goes;
 //! - `pinned_memory_copy`: the batch's bytes move at the link's pace (no CPU staging);
 //! - `pcie`: the copy runs at the link's full width and generation;
@@ -87,10 +89,15 @@ pub struct Pace {
 }
 
 /// The step's parts with `cause` fixed, or `None` for a cause without a model.
-fn fixed(cause: Cause, p: &StepParts, pace: &Pace) -> Option<StepSplit> {
+fn fixed(cause: Cause, p: &StepParts, pace: &Pace, loader_share: f64) -> Option<StepSplit> {
     let mut s = p.split;
     match cause {
-        Cause::DataloaderCpu | Cause::Disk | Cause::CpuContention => s.input_wait = 0.0,
+        Cause::DataloaderCpu | Cause::Disk | Cause::CpuContention => {
+            // The loader makes a batch every step (the feeder waits for it): without the
+            // cause's share of that time it makes one every `step × (1 − share)`, and the
+            // feeder waits only for what that leaves beyond the rest of its step.
+            s.input_wait = (s.input_wait - loader_share * s.total()).max(0.0);
+        }
         Cause::HostCompute | Cause::LaunchOverhead => s.host = 0.0,
         Cause::PinnedMemoryCopy => {
             s.copy = s.copy.min(p.copy_bytes / pace.link_gbps.max(1e-3));
@@ -153,6 +160,21 @@ fn next_limit(s: &StepSplit, pace: &Pace, lost: &BTreeMap<Cause, u64>, fixed: Ca
         .1
 }
 
+/// The causes a DataLoader's batches wait on: a worker that both reads and computes spends
+/// its time between them.
+const LOADER_CAUSES: [Cause; 3] = [Cause::DataloaderCpu, Cause::Disk, Cause::CpuContention];
+
+/// An input cause's share of the loader's time, as its share of the time the input causes
+/// took from the GPU; 0 for other causes.
+fn loader_share(cause: Cause, lost: &BTreeMap<Cause, u64>) -> f64 {
+    if !LOADER_CAUSES.contains(&cause) {
+        return 0.0;
+    }
+    let all: u64 = LOADER_CAUSES.iter().filter_map(|c| lost.get(c)).sum();
+    lost.get(&cause)
+        .map_or(0.0, |ns| *ns as f64 / all.max(1) as f64)
+}
+
 /// A small deterministic generator: the same steps give the same interval.
 struct SplitMix(u64);
 
@@ -187,8 +209,9 @@ pub fn estimate(
         if (ns as f64) < MIN_SHARE * observed_ns as f64 {
             continue;
         }
+        let share = loader_share(cause, lost);
         let Some(fixed_steps): Option<Vec<StepSplit>> =
-            parts.iter().map(|p| fixed(cause, p, pace)).collect()
+            parts.iter().map(|p| fixed(cause, p, pace, share)).collect()
         else {
             continue;
         };
@@ -369,6 +392,29 @@ mod tests {
         ]);
         assert!(estimate(&parts, &pace(100.0), &l, 1000).is_empty());
         assert!(estimate(&[], &pace(100.0), &lost(&[(Cause::Disk, 900)]), 1000).is_empty());
+    }
+
+    /// Workers that both read and decode: fixing either leaves the other's part of the
+    /// loader's time, so neither alone gives the whole wait back.
+    #[test]
+    fn a_loader_with_two_causes_gives_each_its_part() {
+        // 400 ms steps: 300 ms waiting for the loader, 100 ms of the rest.
+        let parts = vec![step(300.0, 1.0, 2.0, 97.0); 10];
+        let l = lost(&[(Cause::Disk, 450), (Cause::DataloaderCpu, 150)]);
+        let w = estimate(&parts, &pace(97.0), &l, 1000);
+        let of = |c| w.iter().find(|w| w.cause == c).unwrap();
+        // Disk is 3/4 of the loader: without it a batch takes 100 ms, as the rest does.
+        assert!(
+            (of(Cause::Disk).step_ms_if_fixed - 100.0).abs() < 1e-6,
+            "{w:?}"
+        );
+        // Decoding is 1/4: without it a batch takes 300 ms, 200 ms past the rest.
+        assert!(
+            (of(Cause::DataloaderCpu).step_ms_if_fixed - 300.0).abs() < 1e-6,
+            "{w:?}"
+        );
+        assert_eq!(of(Cause::DataloaderCpu).limited_next_by, "disk");
+        assert_eq!(w[0].cause, Cause::Disk, "the larger gain first");
     }
 
     #[test]
