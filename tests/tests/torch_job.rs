@@ -32,6 +32,11 @@ struct Run {
 }
 
 fn run(scenario: &str, cause: &str) -> Run {
+    run_with(scenario, cause, &[])
+}
+
+/// `run`, with more arguments for train.py.
+fn run_with(scenario: &str, cause: &str, extra: &[&str]) -> Run {
     let sim = Sim::new(&format!("torch-{scenario}"));
     let dir = Scratch::new(&format!("torch-{scenario}"));
     let truth_path = dir.join("truth.jsonl");
@@ -41,6 +46,7 @@ fn run(scenario: &str, cause: &str) -> Run {
             .arg(script)
             .args(["--scenario", scenario, "--secs", "10", "--truth"])
             .arg(&truth_path)
+            .args(extra)
             .env("LD_LIBRARY_PATH", &sim.libs)
             .env("STALLSCOPE_SIMGPU_STATE", &sim.state),
     );
@@ -166,4 +172,87 @@ fn torch_dataloader_workers_name_their_function() {
 #[test]
 fn torch_loop_names_its_own_function() {
     assert_labelled("host-compute", "host_compute", "host_preprocess");
+}
+
+/// The job's steps per second untraced with `workers` DataLoader workers, from its own truth
+/// line (the steps after it was ready, and the time they took).
+fn untraced_rate(scenario: &str, workers: u64) -> Result<f64, String> {
+    let sim = Sim::new(&format!("torch-rate-{workers}"));
+    let dir = Scratch::new(&format!("torch-rate-{workers}"));
+    let truth_path = dir.join("truth.jsonl");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("pyjob/train.py");
+    let job = Spawned::start(
+        Command::new(torch_python())
+            .arg(script)
+            .args(["--scenario", scenario, "--secs", "8", "--truth"])
+            .arg(&truth_path)
+            .args(["--workers", &workers.to_string()])
+            .env("LD_LIBRARY_PATH", &sim.libs)
+            .env("STALLSCOPE_SIMGPU_STATE", &sim.state),
+    );
+    let _ = job.finish(Duration::from_secs(240));
+    let text = std::fs::read_to_string(&truth_path)
+        .map_err(|e| format!("{workers} workers: no truth file: {e}"))?;
+    let t: Value = text
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .next_back()
+        .ok_or_else(|| format!("{workers} workers: an empty truth file"))?;
+    let steps = t["steps"].as_f64().unwrap_or(0.0);
+    let secs = (t["end_ns"].as_f64().unwrap_or(0.0) - t["start_ns"].as_f64().unwrap_or(0.0)) / 1e9;
+    if steps <= 0.0 || secs <= 0.0 {
+        return Err(format!("{workers} workers: no steps: {t}"));
+    }
+    Ok(steps / secs)
+}
+
+/// How far the speedup the advice predicts may be from the one its change gives, as a share of
+/// the latter.
+const ADVICE_AGREEMENT: f64 = 0.2;
+
+/// One prescription end to end: a job starved by its one DataLoader worker gets the
+/// `num_workers` that would feed the GPU on this host's free CPUs, and running it with that
+/// many makes it as much faster as the advice said.
+fn advised_workers_deliver() -> Result<(), String> {
+    let r = run_with("dataloader-cpu", "dataloader_cpu", &["--workers", "1"]);
+    let advice = r.report["advice"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|a| a["cause"] == "dataloader_cpu")
+        .ok_or_else(|| format!("no dataloader_cpu advice: {}", r.report["advice"]))?;
+    let workers = advice["settings"]["num_workers"]
+        .as_u64()
+        .ok_or_else(|| format!("the advice names no num_workers: {advice}"))?;
+    if workers < 2 {
+        return Err(format!("the advice keeps one worker: {advice}"));
+    }
+    let expected = advice["expected_speedup"].as_f64().unwrap_or(0.0);
+    let one = untraced_rate("dataloader-cpu", 1)?;
+    let advised = untraced_rate("dataloader-cpu", workers)?;
+    let measured = advised / one;
+    eprintln!(
+        "advice: num_workers={workers}, {expected:.2}× predicted; measured {one:.1} → \
+         {advised:.1} steps/s, {measured:.2}×"
+    );
+    if (measured - expected).abs() > ADVICE_AGREEMENT * measured {
+        return Err(format!(
+            "num_workers={workers} made the job {measured:.2}× faster ({one:.1} → {advised:.1} \
+             steps/s), the advice said {expected:.2}×: {advice}"
+        ));
+    }
+    Ok(())
+}
+
+#[test]
+fn the_advised_num_workers_speeds_the_job_up_as_predicted() {
+    common::require_root();
+    let _serial = serial();
+    let Err(first) = advised_workers_deliver() else {
+        return;
+    };
+    stallscope_tests::reruns::note("torch advised num_workers", &first);
+    if let Err(e) = advised_workers_deliver() {
+        panic!("{e}");
+    }
 }

@@ -140,6 +140,7 @@ pub struct Analyzer {
     gpus: BTreeMap<u32, GpuAcc>,
     timed: crate::analysis::timed_events::TimedEvents,
     cpus: u32,
+    host_cpu: Vec<crate::analysis::model::HostCpuReading>,
     unwinding: Option<crate::recording::record::UnwindStats>,
     python: Option<crate::recording::record::PythonStats>,
     /// Python call sites by (tid, start), for the probed call that follows each.
@@ -317,6 +318,18 @@ impl Analyzer {
                 }
             }
             Record::Host { cpus } => self.cpus = cpus,
+            Record::HostCpu {
+                ts_ns,
+                busy_ns,
+                total_ns,
+            } => {
+                self.seen_ts(ts_ns);
+                self.host_cpu.push(crate::analysis::model::HostCpuReading {
+                    ts_ns,
+                    busy_ns,
+                    total_ns,
+                });
+            }
             Record::Unwinding(stats) => self.unwinding = Some(stats),
             Record::PythonStacks(stats) => self.python = Some(stats),
             Record::CudaCallSite {
@@ -466,6 +479,7 @@ impl Analyzer {
             timeline: self.timeline.finish(start_ns, end_ns),
             gpus,
             cpus: self.cpus,
+            host_cpu: self.host_cpu,
             unwinding: self.unwinding,
             python: self.python,
             cuda_processes: self.cuda_processes,

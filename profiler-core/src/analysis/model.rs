@@ -46,6 +46,9 @@ pub struct Analysis {
     pub gpus: BTreeMap<u32, GpuTimeline>,
     /// CPUs on the recording host; 0 when the recording does not say.
     pub cpus: u32,
+    /// The host's CPU time as the recording read it, in time order; empty in recordings made
+    /// before it was read.
+    pub host_cpu: Vec<HostCpuReading>,
     /// Processes that mapped the CUDA driver library, with its path.
     pub cuda_processes: BTreeMap<u32, String>,
     /// What the CUDA and NCCL probes saw.
@@ -54,6 +57,26 @@ pub struct Analysis {
     pub unwinding: Option<crate::recording::record::UnwindStats>,
     /// How the Python frames were read; `None` when the recording says nothing of them.
     pub python: Option<crate::recording::record::PythonStats>,
+}
+
+/// The whole host's CPU time at one moment, since boot, all CPUs together.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HostCpuReading {
+    pub ts_ns: u64,
+    pub busy_ns: u64,
+    pub total_ns: u64,
+}
+
+impl Analysis {
+    /// The CPUs the whole host kept busy on average over `[start, end]`, from the readings
+    /// closest inside it; `None` without two readings there.
+    pub fn host_busy_cpus(&self, start: u64, end: u64) -> Option<f64> {
+        let inside = |r: &&HostCpuReading| (start..=end).contains(&r.ts_ns);
+        let first = self.host_cpu.iter().find(inside)?;
+        let last = self.host_cpu.iter().rev().find(inside)?;
+        let wall = last.ts_ns.checked_sub(first.ts_ns).filter(|w| *w > 0)?;
+        Some(last.busy_ns.saturating_sub(first.busy_ns) as f64 / wall as f64)
+    }
 }
 
 /// One GPU over the recording.

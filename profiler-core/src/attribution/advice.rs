@@ -13,6 +13,8 @@
 //! - `disk`: the read rate the GPU needs against the rate achieved, the IO size, the files.
 //! - `cpu_contention`, `pcie`, `nccl_wait`: what takes the CPUs, the link's state, the
 //!   straggler.
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use super::window::{HostWindow, TimelineIndex};
@@ -36,6 +38,9 @@ pub struct Advice {
     pub expected_speedup: f64,
     /// The measurements behind it, one line each.
     pub evidence: Vec<String>,
+    /// The settings the change names, for a script to apply: `num_workers`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub settings: BTreeMap<String, u64>,
 }
 
 /// What every advice reads of one GPU's job.
@@ -91,7 +96,7 @@ pub fn advise(
         .iter()
         .filter(|w| w.speedup >= MIN_GAIN)
         .filter_map(|w| {
-            let (change, expected, evidence) = match w.cause {
+            let advised = match w.cause {
                 Cause::DataloaderCpu => loader(&job, w),
                 Cause::HostCompute => syncs(&job, w),
                 Cause::LaunchOverhead => launches(&job, w),
@@ -105,9 +110,10 @@ pub fn advise(
             Some(Advice {
                 cause: w.cause,
                 gpu: g.gpu,
-                change,
-                expected_speedup: (expected * 1e3).round() / 1e3,
-                evidence,
+                change: advised.change,
+                expected_speedup: (advised.expected * 1e3).round() / 1e3,
+                evidence: advised.evidence,
+                settings: advised.settings,
             })
         })
         .filter(|a| a.expected_speedup >= MIN_GAIN)
@@ -143,7 +149,30 @@ pub fn merge_alike(advice: &mut Vec<Advice>) {
     *advice = kept;
 }
 
-type Advised = (String, f64, Vec<String>);
+/// One cause's change, before it is placed.
+struct Advised {
+    change: String,
+    expected: f64,
+    evidence: Vec<String>,
+    settings: BTreeMap<String, u64>,
+}
+
+impl Advised {
+    fn new(change: String, expected: f64, evidence: Vec<String>) -> Self {
+        Self {
+            change,
+            expected,
+            evidence,
+            settings: BTreeMap::new(),
+        }
+    }
+
+    /// With a setting to change, e.g. `num_workers`, for scripts and tests to apply.
+    fn set(mut self, name: &str, value: u64) -> Self {
+        self.settings.insert(name.to_owned(), value);
+        self
+    }
+}
 
 fn ms(v: f64) -> String {
     if v >= 10.0 {
@@ -201,7 +230,19 @@ fn loader(job: &Job<'_>, w: &WhatIf) -> Advised {
         .iter()
         .filter_map(|t| job.a.threads.get(t).map(|t| t.pid))
         .collect();
-    let others = job.cpus_used(job.host.feeder.on_cpu + job.host.other.on_cpu);
+    let traced_others = job.cpus_used(job.host.feeder.on_cpu + job.host.other.on_cpu);
+    // What the workers cannot have: everything the host keeps busy but them, where the
+    // recording read the host's CPU time; else the traced tree's other threads alone.
+    let (others, whose) = match job.a.host_busy_cpus(job.span.0, job.span.1) {
+        Some(busy) => (
+            (busy - job.cpus_used(workers.on_cpu)).max(traced_others),
+            "everything else on the host",
+        ),
+        None => (
+            traced_others,
+            "the job's other threads (the host's own load was not recorded)",
+        ),
+    };
     let cpus = f64::from(job.a.cpus.max(1));
     let free = (cpus - others).max(0.0);
     let target = w.step_ms_if_fixed.max(1e-3);
@@ -214,8 +255,8 @@ fn loader(job: &Job<'_>, w: &WhatIf) -> Advised {
             ms(target)
         ),
         format!(
-            "{cpus:.0} CPUs, of which the job's other threads use {others:.1}: {free:.1} free \
-             for workers; workers waited {:.0}% of their time for a CPU",
+            "{cpus:.0} CPUs: {others:.1} used by {whose}, {free:.1} free for workers; the \
+             workers waited {:.0}% of their time for a CPU",
             workers.fractions().runqueue * 100.0
         ),
     ];
@@ -259,7 +300,7 @@ fn loader(job: &Job<'_>, w: &WhatIf) -> Advised {
                 ms(budget_ms),
                 ms(cpu_per_batch)
             );
-            return (change, speedup, evidence);
+            return Advised::new(change, speedup, evidence).set("num_workers", u64::from(workers));
         }
         Sizing::Saturated { budget_ms } => format!(
             "the CPUs are saturated ({free:.1} free for workers): more workers will not help; \
@@ -268,7 +309,13 @@ fn loader(job: &Job<'_>, w: &WhatIf) -> Advised {
             ms(cpu_per_batch)
         ),
     };
-    (change, w.speedup, evidence)
+    let advised = Advised::new(change, w.speedup, evidence);
+    match sizing {
+        Sizing::Feeds { workers } if workers > now_workers => {
+            advised.set("num_workers", u64::from(workers))
+        }
+        _ => advised,
+    }
 }
 
 /// How a DataLoader can be made to feed the GPU.
@@ -378,7 +425,7 @@ fn syncs(job: &Job<'_>, w: &WhatIf) -> Advised {
          GPU instead of .item()/.cpu()/.tolist() each step){first}: {} of host work per step",
         ms(host_ms)
     );
-    (change, w.speedup, evidence)
+    Advised::new(change, w.speedup, evidence)
 }
 
 fn launches(job: &Job<'_>, w: &WhatIf) -> Advised {
@@ -403,7 +450,7 @@ fn launches(job: &Job<'_>, w: &WhatIf) -> Advised {
         ms(w.step_ms_now),
         ms(w.step_ms_if_fixed)
     )];
-    (change, w.speedup, evidence)
+    Advised::new(change, w.speedup, evidence)
 }
 
 fn pinned(job: &Job<'_>, w: &WhatIf) -> Advised {
@@ -432,7 +479,7 @@ fn pinned(job: &Job<'_>, w: &WhatIf) -> Advised {
             ms(w.step_ms_if_fixed)
         ),
     ];
-    (change, w.speedup, evidence)
+    Advised::new(change, w.speedup, evidence)
 }
 
 fn disk(job: &Job<'_>, w: &WhatIf) -> Advised {
@@ -490,7 +537,7 @@ fn disk(job: &Job<'_>, w: &WhatIf) -> Advised {
             bytes as f64 / f64::from(1u32 << 20)
         ));
     }
-    (change, w.speedup, evidence)
+    Advised::new(change, w.speedup, evidence)
 }
 
 fn contention(job: &Job<'_>, w: &WhatIf) -> Advised {
@@ -503,7 +550,7 @@ fn contention(job: &Job<'_>, w: &WhatIf) -> Advised {
         job.host.workers.fractions().runqueue * 100.0,
         job.host.feeder.fractions().runqueue * 100.0
     )];
-    (change, w.speedup, evidence)
+    Advised::new(change, w.speedup, evidence)
 }
 
 fn link(job: &Job<'_>, w: &WhatIf) -> Advised {
@@ -526,7 +573,7 @@ fn link(job: &Job<'_>, w: &WhatIf) -> Advised {
         ms(w.step_ms_now),
         ms(w.step_ms_if_fixed)
     )];
-    (change, w.speedup, evidence)
+    Advised::new(change, w.speedup, evidence)
 }
 
 fn straggler(w: &WhatIf) -> Advised {
@@ -538,7 +585,7 @@ fn straggler(w: &WhatIf) -> Advised {
         ms(w.step_ms_now),
         ms(w.step_ms_if_fixed)
     )];
-    (change, w.speedup, evidence)
+    Advised::new(change, w.speedup, evidence)
 }
 
 #[cfg(test)]
@@ -606,6 +653,7 @@ mod tests {
             change: "fix the straggler".into(),
             expected_speedup: speedup,
             evidence: vec!["without the wait".into()],
+            settings: BTreeMap::new(),
         };
         let disk = Advice {
             cause: Cause::Disk,

@@ -404,6 +404,13 @@ fn attribute_gpu(
                 .filter(|g| *g > 0.0)
                 .unwrap_or(rules::DEFAULT_LINK_GBPS),
             max_link_gbps: link.map_or(0.0, |l| l.max_gbps()),
+            workers: match (out.step_ends_ns.first(), out.step_ends_ns.last()) {
+                (Some(&a0), Some(&a1)) if a1 > a0 && !roles.workers.is_empty() => {
+                    let w = index.window(&a.timeline, roles, a0, a1).workers;
+                    Some([w.on_cpu, w.runqueue, w.io_wait])
+                }
+                _ => None,
+            },
         };
         out.what_if =
             what_if::estimate(&out.step_parts, &pace, &out.lost_by_cause, out.observed_ns);

@@ -138,6 +138,8 @@ impl StepSplit {
 pub struct StepParts {
     pub split: StepSplit,
     pub copy_bytes: f64,
+    /// Inside copy calls: for a pageable copy, the CPU's copy into the driver's staging.
+    pub staged_ns: f64,
 }
 
 /// The steps found, with each marker's end (CLOCK_MONOTONIC ns) for the timeline.
@@ -308,6 +310,7 @@ fn step_parts(ends: &[u64], tid: u32, l: &Lookups<'_>) -> Vec<StepParts> {
             } else {
                 cuda.copy_bytes
             },
+            staged_ns: cuda.call_copy_ns,
         });
     }
     parts

@@ -86,6 +86,9 @@ pub struct Pace {
     /// The link now and at its best, GB/s (bytes per ns).
     pub link_gbps: f64,
     pub max_link_gbps: f64,
+    /// How the DataLoader's workers spent the steps: on a CPU, waiting for one, waiting on
+    /// IO (ns, summed over the workers); `None` without workers.
+    pub workers: Option<[f64; 3]>,
 }
 
 /// The step's parts with `cause` fixed, or `None` for a cause without a model.
@@ -117,6 +120,15 @@ fn fixed(cause: Cause, p: &StepParts, pace: &Pace, loader_share: f64) -> Option<
     let waits = s.gpu + s.collective;
     if waits < unhidden {
         s.gpu += unhidden - waits;
+    }
+    if cause == Cause::PinnedMemoryCopy {
+        // Pinned, the batch is still copied by the CPU once, into pinned memory, by the
+        // pin-memory thread beside the loop (and the GPU): a step cannot be shorter than
+        // that copy, which the loop then waits for as its input.
+        let short = p.staged_ns - s.total();
+        if short > 0.0 {
+            s.input_wait += short;
+        }
     }
     Some(s)
 }
@@ -164,11 +176,21 @@ fn next_limit(s: &StepSplit, pace: &Pace, lost: &BTreeMap<Cause, u64>, fixed: Ca
 /// its time between them.
 const LOADER_CAUSES: [Cause; 3] = [Cause::DataloaderCpu, Cause::Disk, Cause::CpuContention];
 
-/// An input cause's share of the loader's time, as its share of the time the input causes
-/// took from the GPU; 0 for other causes.
-fn loader_share(cause: Cause, lost: &BTreeMap<Cause, u64>) -> f64 {
+/// An input cause's share of the loader's time: the workers' share of their busy time in the
+/// state the cause is about (on a CPU: `dataloader_cpu`; waiting for one: `cpu_contention`;
+/// on IO: `disk`), else its share of the time the input causes took from the GPU; 0 for other
+/// causes.
+fn loader_share(cause: Cause, lost: &BTreeMap<Cause, u64>, workers: Option<[f64; 3]>) -> f64 {
     if !LOADER_CAUSES.contains(&cause) {
         return 0.0;
+    }
+    if let Some([on_cpu, runqueue, io]) = workers.filter(|w| w.iter().sum::<f64>() > 0.0) {
+        let part = match cause {
+            Cause::DataloaderCpu => on_cpu,
+            Cause::CpuContention => runqueue,
+            _ => io,
+        };
+        return part / (on_cpu + runqueue + io);
     }
     let all: u64 = LOADER_CAUSES.iter().filter_map(|c| lost.get(c)).sum();
     lost.get(&cause)
@@ -209,7 +231,7 @@ pub fn estimate(
         if (ns as f64) < MIN_SHARE * observed_ns as f64 {
             continue;
         }
-        let share = loader_share(cause, lost);
+        let share = loader_share(cause, lost, pace.workers);
         let Some(fixed_steps): Option<Vec<StepSplit>> =
             parts.iter().map(|p| fixed(cause, p, pace, share)).collect()
         else {
@@ -276,6 +298,7 @@ mod tests {
                 collective: 0.0,
             },
             copy_bytes: 64.0 * 1024.0 * 1024.0,
+            staged_ns: 0.0,
         }
     }
 
@@ -284,6 +307,7 @@ mod tests {
             kernel_ns: kernel_ms * MS,
             link_gbps: 16.0,
             max_link_gbps: 16.0,
+            workers: None,
         }
     }
 
@@ -415,6 +439,37 @@ mod tests {
         );
         assert_eq!(of(Cause::DataloaderCpu).limited_next_by, "disk");
         assert_eq!(w[0].cause, Cause::Disk, "the larger gain first");
+    }
+
+    /// Workers waiting for a CPU a third of their busy time: without the contention they
+    /// make a batch in two thirds of the time, no faster.
+    #[test]
+    fn contention_gives_back_only_the_workers_wait_for_a_cpu() {
+        let parts = vec![step(300.0, 1.0, 2.0, 97.0); 10];
+        let l = lost(&[(Cause::CpuContention, 600)]);
+        let p = Pace {
+            workers: Some([200.0 * MS, 100.0 * MS, 0.0]),
+            ..pace(97.0)
+        };
+        let w = estimate(&parts, &p, &l, 1000);
+        // 400 ms steps, a third of them the wait for a CPU: a batch every 267 ms.
+        assert!((w[0].step_ms_if_fixed - 800.0 / 3.0).abs() < 1e-3, "{w:?}");
+        assert_eq!(w[0].limited_next_by, "input");
+    }
+
+    /// pin_memory moves the CPU's copy into pinned memory to its own thread: the step is
+    /// at least that copy.
+    #[test]
+    fn a_pinned_batch_still_costs_its_copy_into_pinned_memory() {
+        let mut p = step(0.0, 53.0, 0.1, 0.0);
+        p.staged_ns = 34.0 * MS;
+        let w = estimate(
+            &vec![p; 10],
+            &pace(10.0),
+            &lost(&[(Cause::PinnedMemoryCopy, 800)]),
+            1000,
+        );
+        assert!((w[0].step_ms_if_fixed - 34.0).abs() < 1e-3, "{w:?}");
     }
 
     #[test]

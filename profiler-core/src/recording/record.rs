@@ -227,6 +227,14 @@ pub enum Record {
         start_ns: u64,
         python: Vec<String>,
     },
+    /// The whole host's CPU time at `ts_ns`, all CPUs together, since boot (`/proc/stat`):
+    /// busy (user, nice, system, irq, softirq, steal) and in all. What the traced tree does
+    /// not use of the host is what its DataLoader could. Readers before it skip it.
+    HostCpu {
+        ts_ns: u64,
+        busy_ns: u64,
+        total_ns: u64,
+    },
 }
 
 /// Stack samples counted by how far their unwind got and which walk gave it.

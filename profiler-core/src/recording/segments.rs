@@ -215,6 +215,9 @@ impl Segments {
             | Record::CudaCall(_)
             | Record::Launches { .. }
             | Record::CudaCallSite { .. } => {}
+            // Cumulative since boot, but read only as differences between two readings of
+            // one segment: it needs no rebasing.
+            Record::HostCpu { .. } => {}
         }
         kept()
     }

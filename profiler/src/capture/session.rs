@@ -282,7 +282,7 @@ impl Session {
         pids
     }
 
-    /// Writes a Tick; returns the tracked threads alive.
+    /// Writes a Tick (and the host's CPU time); returns the tracked threads alive.
     fn tick(&mut self) -> anyhow::Result<Vec<u32>> {
         let now = monotonic_ns();
         self.last_tick_ns = now;
@@ -303,6 +303,9 @@ impl Session {
             ts_ns: now,
             threads,
         })?;
+        if let Some(r) = host_cpu(now) {
+            self.sink.write(&r)?;
+        }
         if let Some(r) = self.probes.tick() {
             self.sink.write(&r)?;
         }
@@ -548,4 +551,25 @@ impl Session {
         }
         Ok(())
     }
+}
+
+/// The whole host's CPU time now, from /proc/stat; `None` when it cannot be read (the
+/// report then sizes the DataLoader against the traced tree's own use only).
+fn host_cpu(ts_ns: u64) -> Option<Record> {
+    use procfs::CurrentSI as _;
+    let t = procfs::KernelStats::current().ok()?.total;
+    let per_tick = 1e9 / procfs::ticks_per_second() as f64;
+    let ns = |ticks: u64| (ticks as f64 * per_tick) as u64;
+    let busy = t.user
+        + t.nice
+        + t.system
+        + t.irq.unwrap_or(0)
+        + t.softirq.unwrap_or(0)
+        + t.steal.unwrap_or(0);
+    let total = busy + t.idle + t.iowait.unwrap_or(0);
+    Some(Record::HostCpu {
+        ts_ns,
+        busy_ns: ns(busy),
+        total_ns: ns(total),
+    })
 }
