@@ -407,6 +407,30 @@ impl Drop for Host {
     }
 }
 
+/// Agents stopped as an operator stops them, pass or fail: each ends its recorder and waits
+/// for it to remove its probes. Killed, eight agents would leave eight recorders removing
+/// theirs, one kernel grace period a probe, well into the next test.
+struct Stopping(Vec<Spawned>);
+
+impl std::ops::Deref for Stopping {
+    type Target = Vec<Spawned>;
+    fn deref(&self) -> &Vec<Spawned> {
+        &self.0
+    }
+}
+
+impl Drop for Stopping {
+    fn drop(&mut self) {
+        for a in self.0.iter() {
+            a.signal(libc::SIGTERM);
+        }
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while self.0.iter_mut().any(Spawned::running) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
 /// Eight hosts, one rank of one job and one agent each; the last rank reads its batches
 /// from a cold disk and the other seven wait for it in the all-reduce. One Prometheus scrapes
 /// the eight agents, and one query, over what they export and nothing of ours in between,
@@ -461,17 +485,19 @@ fn one_prometheus_query_names_the_straggler_of_a_fleet_of_eight_hosts() {
             });
     }
     let stallscope = common::stallscope::bin();
-    let agents: Vec<Spawned> = hosts
-        .iter()
-        .map(|host| {
-            Spawned::start(
-                host.command(&stallscope)
-                    .args(["agent", "--listen", &host.addr, "--segment", "10s"])
-                    .args(["--all-gpu-processes", "--nvml-lib"])
-                    .arg(host.sim.libs.join("libnvidia-ml.so.1")),
-            )
-        })
-        .collect();
+    let agents = Stopping(
+        hosts
+            .iter()
+            .map(|host| {
+                Spawned::start(
+                    host.command(&stallscope)
+                        .args(["agent", "--listen", &host.addr, "--segment", "10s"])
+                        .args(["--all-gpu-processes", "--nvml-lib"])
+                        .arg(host.sim.libs.join("libnvidia-ml.so.1")),
+                )
+            })
+            .collect(),
+    );
     for (h, agent) in agents.iter().enumerate() {
         agent
             .wait_stderr(Duration::from_secs(60), |l| l.contains("serving http://"))
