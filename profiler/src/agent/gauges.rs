@@ -151,27 +151,18 @@ fn read_gpus(n: &Nvml, e: &mut Exposition) -> Result<(), nvml_wrapper::error::Nv
 /// The host's CPU time by mode, summed over CPUs, from /proc/stat (node_exporter's
 /// `node_cpu_seconds_total` without the per-CPU label).
 pub fn host_cpu(e: &mut Exposition) {
-    let Ok(stat) = std::fs::read_to_string("/proc/stat") else {
+    use crate::capture::proc::host_cpu;
+    let Some(seconds) = host_cpu::seconds() else {
         return;
     };
-    let Some(line) = stat.lines().find(|l| l.starts_with("cpu ")) else {
-        return;
-    };
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
-    const MODES: [&str; 8] = [
-        "user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal",
-    ];
-    for (mode, v) in MODES.iter().zip(line.split_whitespace().skip(1)) {
-        if let Ok(ticks) = v.parse::<f64>() {
-            e.set(
-                "stallscope_host_cpu_seconds",
-                Kind::Counter,
-                "The host's CPU time by mode, all CPUs together",
-                &[("mode", mode)],
-                ticks / hz,
-            );
-        }
+    for (mode, secs) in host_cpu::MODES.iter().zip(seconds) {
+        e.set(
+            "stallscope_host_cpu_seconds",
+            Kind::Counter,
+            "The host's CPU time by mode, all CPUs together",
+            &[("mode", mode)],
+            secs,
+        );
     }
     // SAFETY: sysconf has no preconditions.
     let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1);

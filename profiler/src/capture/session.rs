@@ -553,23 +553,13 @@ impl Session {
     }
 }
 
-/// The whole host's CPU time now, from /proc/stat; `None` when it cannot be read (the
-/// report then sizes the DataLoader against the traced tree's own use only).
+/// The whole host's CPU time now; `None` when /proc/stat cannot be read (the report then
+/// sizes the DataLoader against the traced tree's own use only).
 fn host_cpu(ts_ns: u64) -> Option<Record> {
-    use procfs::CurrentSI as _;
-    let t = procfs::KernelStats::current().ok()?.total;
-    let per_tick = 1e9 / procfs::ticks_per_second() as f64;
-    let ns = |ticks: u64| (ticks as f64 * per_tick) as u64;
-    let busy = t.user
-        + t.nice
-        + t.system
-        + t.irq.unwrap_or(0)
-        + t.softirq.unwrap_or(0)
-        + t.steal.unwrap_or(0);
-    let total = busy + t.idle + t.iowait.unwrap_or(0);
+    let (busy_ns, total_ns) = super::proc::host_cpu::busy_and_total_ns()?;
     Some(Record::HostCpu {
         ts_ns,
-        busy_ns: ns(busy),
-        total_ns: ns(total),
+        busy_ns,
+        total_ns,
     })
 }

@@ -1,4 +1,5 @@
 //! What /proc says about the traced processes: their tree, threads, names, environment and
-//! open files.
+//! open files; and the host's CPU time.
 pub mod files;
+pub mod host_cpu;
 pub mod target;
