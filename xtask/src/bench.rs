@@ -13,6 +13,7 @@ mod switch_cost;
 mod tracers;
 mod unwind;
 mod whatif;
+mod whatif_torch;
 
 use std::time::Duration;
 
@@ -76,6 +77,10 @@ pub struct BenchArgs {
     /// Runs of each scenario `whatif` records and measures [default: 5].
     #[arg(long)]
     pub runs: Option<u32>,
+    /// `whatif`'s scenarios to run (comma-separated): a part of a scenario's name
+    /// (`torch-mix`, `disk`), or an arm (`stallgen`, `torch`) [default: all].
+    #[arg(long, value_delimiter = ',')]
+    pub only: Vec<String>,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -98,9 +103,9 @@ pub enum Which {
     /// `[unknown]` frame, median depth, time per DWARF unwind, steps per second.
     Unwind,
     /// stallscope's what-if predictions against the speedup measured by running the fix:
-    /// each stallgen scenario recorded (`--secs`, default 7), then run untraced with and
-    /// without its cause, `--runs` times (default 5); top cause, steps found, confusion
-    /// matrix.
+    /// each stallgen scenario and each variant of the real PyTorch DataLoader job recorded
+    /// (`--secs`, default 7), then run untraced with and without its cause, `--runs` times
+    /// (default 5); top cause, steps found, confusion matrix. `--only` picks scenarios.
     Whatif,
 }
 
@@ -141,7 +146,11 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             if !args.no_build {
                 crate::build().context("building stallscope (skip with --no-build)")?;
             }
-            whatif::whatif(args.runs.unwrap_or(5).max(1), args.secs.unwrap_or(7).max(2))
+            whatif::whatif(
+                args.runs.unwrap_or(5).max(1),
+                args.secs.unwrap_or(7).max(2),
+                &args.only,
+            )
         }
     }
 }

@@ -49,7 +49,7 @@ enum Cmd {
     },
     /// Benchmarks: `overhead` (tracer cost against peers), `analyze`, `soak`, `agent-soak`,
     /// `gate`, `unwind`, `whatif` (predicted speedups against the fixes run; `--runs N
-    /// --secs S`).
+    /// --secs S --only torch`).
     Bench(bench::BenchArgs),
     /// Coverage-guided fuzzing (cargo-fuzz, nightly) of the recording decoder and the report.
     Fuzz {

@@ -22,81 +22,127 @@ use super::{
 };
 use crate::release_bin;
 
-/// A scenario and what fixing its cause means, as stallgen flags and environment.
-struct Scenario {
-    name: &'static str,
-    /// stallgen flags added to the original job's to remove its cause; `None`: nothing to fix.
-    fix: Option<&'static [&'static str]>,
-    /// Environment for the fixed job (the simulated GPU reads it when it makes its state).
-    fix_env: &'static [(&'static str, &'static str)],
-    /// Whether the DataLoader is the bottleneck: the run waits until the workers' head start
-    /// (every prefetch slot filled while the feeder started) is spent before recording.
-    loader_bound: bool,
+/// Which job a scenario runs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Job {
+    /// stallgen's scenario of the same name.
+    Stallgen,
+    /// The real PyTorch DataLoader job, `tests/pyjob/train.py --scenario NAME`.
+    Torch(&'static str),
 }
 
-/// What "fixed" means, per scenario. Every fix keeps the model (kernel time per step) and
-/// everything else about the job as it was; only the injected cost goes.
-const SCENARIOS: [Scenario; 8] = [
+/// One change that removes a cause, as flags added to the original job's and environment.
+pub struct Fix {
+    /// The cause it removes; `None`: the injected one (the job's truth file names it).
+    pub cause: Option<&'static str>,
+    pub flags: &'static [&'static str],
+    /// Environment for the fixed job (the simulated GPU reads it when it makes its state).
+    pub env: &'static [(&'static str, &'static str)],
+}
+
+/// A scenario and what fixing its causes means.
+pub struct Scenario {
+    pub name: &'static str,
+    pub job: Job,
+    /// Each fix is measured on its own against the original; none: nothing to fix.
+    pub fixes: &'static [Fix],
+    /// Whether the DataLoader is the bottleneck: the run waits until the workers' head start
+    /// (every prefetch slot filled while the feeder started) is spent before recording
+    /// (train.py spends it before it says it is ready).
+    pub loader_bound: bool,
+}
+
+const fn fix(flags: &'static [&'static str]) -> Fix {
+    Fix {
+        cause: None,
+        flags,
+        env: &[],
+    }
+}
+
+/// What "fixed" means, per stallgen scenario. Every fix keeps the model (kernel time per
+/// step) and everything else about the job as it was; only the injected cost goes.
+const STALLGEN: [Scenario; 8] = [
     // The workers' transform costs no CPU (a cheaper transform, or the work moved to the GPU).
     Scenario {
         name: "dataloader-cpu",
-        fix: Some(&["--transform-ms", "0"]),
-        fix_env: &[],
+        job: Job::Stallgen,
+        fixes: &[fix(&["--transform-ms", "0"])],
         loader_bound: true,
     },
     // The samples are warm: no cold reads (a page-cached or local-NVMe copy of the data).
     Scenario {
         name: "disk",
-        fix: Some(&["--disk-ms", "0"]),
-        fix_env: &[],
+        job: Job::Stallgen,
+        fixes: &[fix(&["--disk-ms", "0"])],
         loader_bound: true,
     },
     // The CPU hog outside the job is gone; the workers keep their 120 ms × workers of CPU
     // per batch, so the loader is what limits next.
     Scenario {
         name: "cpu-contention",
-        fix: Some(&["--hog-threads", "0"]),
-        fix_env: &[],
+        job: Job::Stallgen,
+        fixes: &[fix(&["--hog-threads", "0"])],
         loader_bound: true,
     },
     // The feeder's own work between steps (logging, metrics) costs nothing.
     Scenario {
         name: "host-compute",
-        fix: Some(&["--host-ms", "0"]),
-        fix_env: &[],
+        job: Job::Stallgen,
+        fixes: &[fix(&["--host-ms", "0"])],
         loader_bound: false,
     },
     // pin_memory=True: batches go through page-locked buffers on a pin-memory thread, so the
     // driver DMAs them without staging them with a CPU memcpy in the call.
     Scenario {
         name: "pageable-copy",
-        fix: Some(&["--pin-memory"]),
-        fix_env: &[],
+        job: Job::Stallgen,
+        fixes: &[fix(&["--pin-memory"])],
         loader_bound: false,
     },
     // The link trains to its full gen5 x16 (the simulated GPU's maximum) instead of gen1 x4.
     Scenario {
         name: "pcie-degraded",
-        fix: Some(&[]),
-        fix_env: &[("STALLSCOPE_SIMGPU_PCIE", "5,16")],
+        job: Job::Stallgen,
+        fixes: &[Fix {
+            cause: None,
+            flags: &[],
+            env: &[("STALLSCOPE_SIMGPU_PCIE", "5,16")],
+        }],
         loader_bound: false,
     },
     // As a CUDA graph (or torch.compile's reduce-overhead) would: the step's 4,000 kernels of
     // 2 µs become one launch of the same 8 ms of GPU time.
     Scenario {
         name: "launch-bound",
-        fix: Some(&["--kernels", "1", "--kernel-ms", "8"]),
-        fix_env: &[],
+        job: Job::Stallgen,
+        fixes: &[fix(&["--kernels", "1", "--kernel-ms", "8"])],
         loader_bound: false,
     },
     // Nothing to fix: its what-ifs should promise nothing.
     Scenario {
         name: "healthy",
-        fix: None,
-        fix_env: &[],
+        job: Job::Stallgen,
+        fixes: &[],
         loader_bound: false,
     },
 ];
+
+/// Every scenario, the stallgen arm first.
+fn scenarios() -> impl Iterator<Item = &'static Scenario> {
+    STALLGEN.iter().chain(super::whatif_torch::TORCH.iter())
+}
+
+/// Whether `--only` selects the scenario: any term that is part of its name, or names its
+/// arm (`stallgen`, `torch`); no terms select all.
+fn selected(sc: &Scenario, only: &[String]) -> bool {
+    only.is_empty()
+        || only.iter().any(|t| {
+            sc.name.contains(t.as_str())
+                || (t == "stallgen" && sc.job == Job::Stallgen)
+                || (t == "torch" && matches!(sc.job, Job::Torch(_)))
+        })
+}
 
 /// The verdict's moderate band: a top cause under this share of GPU time is `none`.
 const NONE_BELOW: f64 = 0.10;
@@ -115,18 +161,35 @@ const SETTLE: Duration = Duration::from_secs(15);
 
 /// What stallscope predicted for one run of a scenario.
 struct Prediction {
-    /// Injected cause, from stallgen's truth file.
+    /// Injected cause, from the job's truth file (`none` for a healthy job).
     injected: String,
     top: String,
     top_share: f64,
-    /// `gpus[0].what_if[]` for the injected cause, if the report has one.
-    what_if: Option<WhatIf>,
-    /// The largest speedup any what-if promised, and for which cause.
-    largest: Option<(String, f64)>,
+    /// `gpus[0].what_if[]`, by cause.
+    what_ifs: Vec<(String, WhatIf)>,
+    /// The causes of the report's `advice[]`, in its order.
+    advice: Vec<String>,
     steps_found: Option<u64>,
-    /// stallgen's steps whose sync ended while the probes watched.
+    /// The job's own steps whose sync ended while the probes watched.
     steps_own: u64,
     step_ms_p50: Option<f64>,
+}
+
+impl Prediction {
+    fn what_if(&self, cause: &str) -> Option<&WhatIf> {
+        self.what_ifs
+            .iter()
+            .find(|(c, _)| c == cause)
+            .map(|(_, w)| w)
+    }
+
+    /// The largest speedup any what-if promised, and for which cause.
+    fn largest(&self) -> Option<(&str, f64)> {
+        self.what_ifs
+            .iter()
+            .map(|(c, w)| (c.as_str(), w.speedup))
+            .max_by(|a, b| a.1.total_cmp(&b.1))
+    }
 }
 
 struct WhatIf {
@@ -151,19 +214,33 @@ impl WhatIf {
     }
 }
 
-/// One run of one scenario: the prediction and the measured speedup.
+/// One fix of one run, measured: the original and the fixed job, untraced, side by side.
+struct Measured {
+    /// The cause the fix removes.
+    cause: String,
+    jobs: [Untraced; 2],
+}
+
+impl Measured {
+    /// Fixed steps/s over original steps/s.
+    fn speedup(&self) -> f64 {
+        self.jobs[1].steps_per_sec / self.jobs[0].steps_per_sec
+    }
+}
+
+/// One run of one scenario: the prediction, and each of the scenario's fixes measured.
 struct Outcome {
     predicted: Prediction,
-    /// Fixed steps/s over original steps/s, untraced; `None` for healthy.
-    measured: Option<f64>,
-    /// The original and the fixed job, untraced.
-    jobs: Option<[Untraced; 2]>,
+    fixes: Vec<Measured>,
 }
 
 /// One untraced run of the job.
 struct Untraced {
     steps_per_sec: f64,
-    /// stallgen's `feeder: wait_batch=… copy=… launch=… sync=… host=…` line.
+    /// The slowest and fastest whole second's steps (train.py's `second=` lines).
+    per_second: Option<(u64, u64)>,
+    /// Where the feeder's time went: stallgen's `feeder: wait_batch=… copy=…` line, or the
+    /// means of train.py's steps log.
     feeder: String,
     /// What else used the machine meanwhile, if anything did.
     contended: Option<String>,
@@ -172,8 +249,10 @@ struct Untraced {
 impl Untraced {
     fn describe(&self) -> String {
         format!(
-            "{:.2} steps/s ({}){}",
+            "{:.2} steps/s{} ({}){}",
             self.steps_per_sec,
+            self.per_second
+                .map_or(String::new(), |(lo, hi)| format!(", {lo}–{hi} a second")),
             self.feeder,
             self.contended
                 .as_ref()
@@ -186,16 +265,30 @@ struct Bench {
     dir: PathBuf,
     libs: PathBuf,
     secs: u64,
+    /// The PyTorch virtualenv's interpreter, when a torch scenario runs.
+    torch: Option<PathBuf>,
     /// Jobs started so far: each gets a simulated machine of its own.
     jobs: usize,
 }
 
-pub fn whatif(runs: u32, secs: u64) -> anyhow::Result<()> {
+pub fn whatif(runs: u32, secs: u64, only: &[String]) -> anyhow::Result<()> {
     // SAFETY: geteuid has no preconditions and cannot fail.
     if unsafe { libc::geteuid() } != 0 {
         bail!("the whatif benchmark records with eBPF: run it as root");
     }
-    for bin in ["stallscope", "stallgen"] {
+    let chosen: Vec<&'static Scenario> = scenarios().filter(|s| selected(s, only)).collect();
+    if chosen.is_empty() {
+        bail!(
+            "--only {} selects no scenario; there are: stallgen, torch, {}",
+            only.join(","),
+            scenarios().map(|s| s.name).collect::<Vec<_>>().join(", ")
+        );
+    }
+    let mut bins = vec!["stallscope"];
+    if chosen.iter().any(|s| s.job == Job::Stallgen) {
+        bins.push("stallgen");
+    }
+    for bin in bins {
         if !release_bin(bin).is_file() {
             bail!(
                 "{} is missing: run `cargo xtask build`",
@@ -203,6 +296,15 @@ pub fn whatif(runs: u32, secs: u64) -> anyhow::Result<()> {
             );
         }
     }
+    let torch = if chosen.iter().any(|s| matches!(s.job, Job::Torch(_))) {
+        // The tests' interpreter, where they were pointed at another.
+        Some(match std::env::var_os("STALLSCOPE_TORCH_PYTHON") {
+            Some(p) => PathBuf::from(p),
+            None => crate::setup::ensure_torch()?,
+        })
+    } else {
+        None
+    };
     let dir = std::env::temp_dir().join(format!("stallscope-whatif-{}", std::process::id()));
     let libs = dir.join("lib");
     simgpu_state::install_dir(&crate::root().join("target/release"), &libs)
@@ -211,27 +313,29 @@ pub fn whatif(runs: u32, secs: u64) -> anyhow::Result<()> {
         dir,
         libs,
         secs,
+        torch,
         jobs: 0,
     };
     let dir = bench.dir.clone();
-    let result = bench.all(runs);
+    let result = bench.all(runs, &chosen);
     let _ = std::fs::remove_dir_all(&dir);
     result
 }
 
 impl Bench {
-    fn all(mut self, runs: u32) -> anyhow::Result<()> {
+    fn all(mut self, runs: u32, chosen: &[&'static Scenario]) -> anyhow::Result<()> {
         eprintln!(
-            "whatif: {runs} run(s) of {} scenarios: each recorded {} s by PID, then the job \
-             and its fix untraced for {} s each, interleaved; load average {}",
-            SCENARIOS.len(),
+            "whatif: {runs} run(s) of {} scenarios ({}): each recorded {} s by PID, then the \
+             job and each fix untraced for {} s each, interleaved; load average {}",
+            chosen.len(),
+            chosen.iter().map(|s| s.name).collect::<Vec<_>>().join(", "),
             self.secs,
             self.secs,
             loadavg()
         );
         let mut outcomes: BTreeMap<&'static str, Vec<Outcome>> = BTreeMap::new();
         for run in 0..runs {
-            for sc in &SCENARIOS {
+            for sc in chosen {
                 if !quiet::settle(SETTLE) {
                     eprintln!(
                         "whatif: the machine did not quiet down within {SETTLE:?} (load \
@@ -242,59 +346,58 @@ impl Bench {
                 let o = self
                     .one(sc, run)
                     .with_context(|| format!("{} run {}", sc.name, run + 1))?;
+                let p = &o.predicted;
                 eprintln!(
-                    "whatif: {} run {}: top {} ({:.0}%), predicted {}, measured {}, steps {}/{}, \
-                     load {}",
+                    "whatif: {} run {}: top {} ({:.0}%), steps {}/{}, advice [{}], load {}",
                     sc.name,
                     run + 1,
-                    o.predicted.top,
-                    o.predicted.top_share * 100.0,
-                    o.predicted
-                        .what_if
-                        .as_ref()
-                        .map_or("none".into(), |w| format!("{:.2}x", w.speedup)),
-                    o.measured.map_or("-".into(), |m| format!("{m:.2}x")),
-                    o.predicted
-                        .steps_found
-                        .map_or("-".into(), |n| n.to_string()),
-                    o.predicted.steps_own,
+                    p.top,
+                    p.top_share * 100.0,
+                    p.steps_found.map_or("-".into(), |n| n.to_string()),
+                    p.steps_own,
+                    p.advice.join(", "),
                     loadavg()
                 );
-                if let Some([original, fixed]) = &o.jobs {
-                    eprintln!("whatif:   original {}", original.describe());
-                    eprintln!("whatif:   fixed    {}", fixed.describe());
+                for m in &o.fixes {
+                    eprintln!(
+                        "whatif:   fixing {}: predicted {}, measured {:.2}x",
+                        m.cause,
+                        p.what_if(&m.cause)
+                            .map_or("none".into(), |w| format!("{:.2}x", w.speedup)),
+                        m.speedup()
+                    );
+                    eprintln!("whatif:     original {}", m.jobs[0].describe());
+                    eprintln!("whatif:     fixed    {}", m.jobs[1].describe());
                 }
                 outcomes.entry(sc.name).or_default().push(o);
             }
         }
-        print_table(&outcomes);
-        print_confusion(&outcomes);
+        print_table(chosen, &outcomes);
+        print_confusion(chosen, &outcomes);
         print_targets(&outcomes);
         Ok(())
     }
 
     fn one(&mut self, sc: &Scenario, run: u32) -> anyhow::Result<Outcome> {
         let predicted = self.record(sc)?;
-        let Some(fix) = sc.fix else {
-            return Ok(Outcome {
-                predicted,
-                measured: None,
-                jobs: None,
+        let mut fixes = Vec::new();
+        for (k, fix) in sc.fixes.iter().enumerate() {
+            // Alternate which goes first, so that a drift in the machine's load falls on both.
+            let (original, fixed) = if (run as usize + k).is_multiple_of(2) {
+                let o = self.untraced(sc, &[], &[])?;
+                (o, self.untraced(sc, fix.flags, fix.env)?)
+            } else {
+                let f = self.untraced(sc, fix.flags, fix.env)?;
+                (self.untraced(sc, &[], &[])?, f)
+            };
+            fixes.push(Measured {
+                cause: fix
+                    .cause
+                    .map_or_else(|| predicted.injected.clone(), str::to_owned),
+                jobs: [original, fixed],
             });
-        };
-        // Alternate which goes first, so that a drift in the machine's load falls on both.
-        let (original, fixed) = if run.is_multiple_of(2) {
-            let o = self.untraced(sc, &[], &[])?;
-            (o, self.untraced(sc, fix, sc.fix_env)?)
-        } else {
-            let f = self.untraced(sc, fix, sc.fix_env)?;
-            (self.untraced(sc, &[], &[])?, f)
-        };
-        Ok(Outcome {
-            predicted,
-            measured: Some(fixed.steps_per_sec / original.steps_per_sec),
-            jobs: Some([original, fixed]),
-        })
+        }
+        Ok(Outcome { predicted, fixes })
     }
 
     /// A fresh simulated machine for the next job: its state file.
@@ -307,15 +410,32 @@ impl Bench {
         ))
     }
 
-    fn stallgen(&self, state: &Path, sc: &Scenario, secs: u64) -> Command {
-        let mut cmd = Command::new(release_bin("stallgen"));
-        cmd.args(["--scenario", sc.name, "--secs", &secs.to_string()])
+    /// The scenario's job for `secs` of timed steps, on the simulated machine `state`.
+    fn job(&self, state: &Path, sc: &Scenario, secs: u64) -> anyhow::Result<Command> {
+        let mut cmd = match sc.job {
+            Job::Stallgen => {
+                let mut c = Command::new(release_bin("stallgen"));
+                c.args(["--scenario", sc.name]);
+                c
+            }
+            Job::Torch(name) => {
+                let mut c = Command::new(
+                    self.torch
+                        .as_ref()
+                        .context("the torch job needs its virtualenv")?,
+                );
+                c.arg(crate::root().join("tests/pyjob/train.py"))
+                    .args(["--scenario", name]);
+                c
+            }
+        };
+        cmd.args(["--secs", &secs.to_string()])
             .env("LD_LIBRARY_PATH", &self.libs)
             .env("STALLSCOPE_SIMGPU_STATE", state);
-        cmd
+        Ok(cmd)
     }
 
-    /// The job untraced for `secs`: stallgen's own steps/s from its exit line.
+    /// The job untraced for `secs`: its own steps/s from its exit line.
     fn untraced(
         &mut self,
         sc: &Scenario,
@@ -323,34 +443,46 @@ impl Bench {
         env: &[(&str, &str)],
     ) -> anyhow::Result<Untraced> {
         let state = self.next_state();
-        let mut cmd = self.stallgen(&state, sc, self.secs);
+        let steps_log = self.dir.join("untraced-steps.jsonl");
+        let mut cmd = self.job(&state, sc, self.secs)?;
         cmd.args(extra).envs(env.iter().copied());
+        let torch = matches!(sc.job, Job::Torch(_));
+        if torch {
+            cmd.arg("--steps-log").arg(&steps_log);
+        }
         // cpu-contention's own hog lives outside the job's tree: its CPU reads as foreign.
         let hogged = sc.name == "cpu-contention" && extra.is_empty();
         let watch = (!hogged).then(|| quiet::Watch::start(None));
         let job = Proc::spawn(&mut cmd)?;
-        let totals = job.wait_line(Duration::from_secs(self.secs + 90), |l| {
+        // The torch job imports torch and starts its workers before its timed steps.
+        let totals = job.wait_line(Duration::from_secs(self.secs + 120), |l| {
             l.starts_with("steps=")
         });
-        let (exit, _, err) = job.stop(Duration::from_secs(10), Duration::from_secs(2));
+        let (exit, out, err) = job.stop(Duration::from_secs(20), Duration::from_secs(2));
         // The job's workers and hog are its children, reaped by it: their CPU is in its own.
         let contended = watch.and_then(|w| w.finish(exit.map_or(0.0, |e| e.cpu_s)));
         let _ = std::fs::remove_file(&state);
         let line = totals.with_context(|| {
             format!(
-                "stallgen {} {extra:?} printed no totals ({}): {}",
+                "{} {extra:?} printed no totals ({}): {}",
                 sc.name,
                 exit.map_or("still running".into(), |e| e.describe()),
                 tail(&err)
             )
         })?;
-        Ok(Untraced {
-            steps_per_sec: steps_per_sec(&line)
-                .with_context(|| format!("stallgen's totals: {line}"))?,
-            feeder: err
-                .lines()
+        let feeder = if torch {
+            let steps = jsonl(&steps_log);
+            let _ = std::fs::remove_file(&steps_log);
+            step_means(&steps)
+        } else {
+            err.lines()
                 .find_map(|l| l.split_once("feeder: "))
-                .map_or(String::new(), |(_, f)| f.to_owned()),
+                .map_or(String::new(), |(_, f)| f.to_owned())
+        };
+        Ok(Untraced {
+            steps_per_sec: steps_per_sec(&line).with_context(|| format!("the totals: {line}"))?,
+            per_second: per_second(&out),
+            feeder,
             contended,
         })
     }
@@ -364,23 +496,26 @@ impl Bench {
         // Long enough to outlast the warm-up, the attach and the recording; the job must end
         // by itself for its steps log and truth to be written out.
         let job_secs = self.secs + 8;
-        let mut cmd = self.stallgen(&state, sc, job_secs);
+        let mut cmd = self.job(&state, sc, job_secs)?;
         cmd.arg("--truth")
             .arg(&truth)
             .arg("--steps-log")
             .arg(&steps_log);
         let job = Proc::spawn(&mut cmd)?;
-        let Some(ready) = job.wait_line(Duration::from_secs(60), |l| l.starts_with("ready pid="))
+        let Some(ready) = job.wait_line(Duration::from_secs(120), |l| l.starts_with("ready pid="))
         else {
             let (_, _, err) = job.stop(Duration::ZERO, Duration::from_secs(2));
-            bail!("stallgen {} never became ready: {}", sc.name, tail(&err));
+            bail!("{} never became ready: {}", sc.name, tail(&err));
         };
         let pid = ready["ready pid=".len()..]
             .split_whitespace()
             .next()
-            .context("stallgen's ready line has no pid")?
+            .context("the job's ready line has no pid")?
             .to_owned();
+        // train.py spends the workers' head start before it says it is ready; stallgen says
+        // when its feeder first waited.
         if sc.loader_bound
+            && sc.job == Job::Stallgen
             && job
                 .wait_line(BEHIND_WITHIN, |l| l.starts_with("behind "))
                 .is_none()
@@ -417,11 +552,7 @@ impl Bench {
             );
         }
         if !jexit.is_some_and(|e| e.success()) {
-            bail!(
-                "stallgen {} did not end by itself: {}",
-                sc.name,
-                tail(&jerr)
-            );
+            bail!("{} did not end by itself: {}", sc.name, tail(&jerr));
         }
         let start = if out.starts_with('{') {
             0
@@ -446,7 +577,7 @@ fn jsonl(path: &Path) -> Vec<Value> {
         .collect()
 }
 
-/// `steps_per_sec=<r>` of stallgen's exit line.
+/// `steps_per_sec=<r>` of the job's exit line (stallgen's and train.py's).
 fn steps_per_sec(line: &str) -> Option<f64> {
     line.split_whitespace()
         .find_map(|w| w.strip_prefix("steps_per_sec="))
@@ -454,13 +585,56 @@ fn steps_per_sec(line: &str) -> Option<f64> {
         .filter(|r: &f64| *r > 0.0)
 }
 
-/// What the report says of the recorded job, with stallgen's own steps in its window.
+/// The fewest and most steps of a whole second, from train.py's `second=N steps=K` lines.
+fn per_second(stdout: &str) -> Option<(u64, u64)> {
+    let counts: Vec<u64> = stdout
+        .lines()
+        .filter(|l| l.starts_with("second="))
+        .filter_map(|l| {
+            l.split_whitespace()
+                .find_map(|w| w.strip_prefix("steps="))?
+                .parse()
+                .ok()
+        })
+        .collect();
+    Some((*counts.iter().min()?, *counts.iter().max()?))
+}
+
+/// The mean of each part of a step in train.py's steps log, ms.
+fn step_means(steps: &[Value]) -> String {
+    if steps.is_empty() {
+        return "no steps log".into();
+    }
+    let n = steps.len() as f64;
+    ["wait_batch", "copy", "launch", "host", "sync"]
+        .iter()
+        .map(|part| {
+            let ns: f64 = steps
+                .iter()
+                .filter_map(|s| s[format!("{part}_ns")].as_f64())
+                .sum();
+            format!("{part}={:.1}ms", ns / n / 1e6)
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// When the job's step was seen by the probes: its sync's end (train.py logs it; stallgen's
+/// step ends with its host work after the sync).
+fn step_marker(s: &Value) -> u64 {
+    s["sync_end_ns"].as_u64().unwrap_or_else(|| {
+        s["end_ns"]
+            .as_u64()
+            .unwrap_or(0)
+            .saturating_sub(s["host_ns"].as_u64().unwrap_or(0))
+    })
+}
+
+/// What the report says of the recorded job, with the job's own steps in its window.
 fn predicted(report: &Value, truth: &[Value], steps_log: &[Value]) -> anyhow::Result<Prediction> {
-    let injected = truth
-        .first()
-        .and_then(|t| t["cause"].as_str())
-        .context("stallgen wrote no truth")?
-        .to_owned();
+    let t = truth.first().context("the job wrote no truth")?;
+    // train.py writes null for its healthy scenario, stallgen `none`.
+    let injected = t["cause"].as_str().unwrap_or("none").to_owned();
     let g = &report["gpus"][0];
     if g.is_null() {
         bail!("the report has no GPU");
@@ -480,19 +654,21 @@ fn predicted(report: &Value, truth: &[Value], steps_log: &[Value]) -> anyhow::Re
     } else {
         cause
     };
-    // Until the report carries what-ifs, a missing list is no prediction, not a failure.
-    let what_ifs = g["what_if"].as_array().cloned().unwrap_or_default();
-    let what_if = what_ifs
-        .iter()
-        .find(|w| w["cause"] == injected.as_str())
-        .and_then(WhatIf::read);
-    let largest = what_ifs
-        .iter()
-        .filter_map(|w| Some((w["cause"].as_str()?.to_owned(), w["speedup"].as_f64()?)))
-        .max_by(|a, b| a.1.total_cmp(&b.1));
+    // A report without what-ifs (an older stallscope) is no prediction, not a failure.
+    let what_ifs = g["what_if"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|w| Some((w["cause"].as_str()?.to_owned(), WhatIf::read(w)?)))
+        .collect();
+    let advice = report["advice"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|a| a["cause"].as_str().map(str::to_owned))
+        .collect();
     // The probes see the feeder's steps from when they attached to the driver library until
-    // the recording's end (the report's start_ns + duration_ns); a step's marker is its
-    // sync's end, the step's end less its host work after the sync.
+    // the recording's end (the report's start_ns + duration_ns).
     let start = report["start_ns"].as_u64().unwrap_or(0);
     let end = start + report["duration_ns"].as_u64().unwrap_or(0);
     let attached = report["cuda"]["libraries"]
@@ -505,17 +681,14 @@ fn predicted(report: &Value, truth: &[Value], steps_log: &[Value]) -> anyhow::Re
         .max(start);
     let steps_own = steps_log
         .iter()
-        .filter(|s| {
-            let marker = s["end_ns"].as_u64().unwrap_or(0) - s["host_ns"].as_u64().unwrap_or(0);
-            (attached..=end).contains(&marker)
-        })
+        .filter(|s| (attached..=end).contains(&step_marker(s)))
         .count() as u64;
     Ok(Prediction {
         injected,
         top,
         top_share,
-        what_if,
-        largest,
+        what_ifs,
+        advice,
         steps_found: g["steps"]["count"].as_u64(),
         steps_own,
         step_ms_p50: g["steps"]["step_ms"]["p50"].as_f64(),
@@ -540,9 +713,9 @@ fn fmt_x(v: Option<f64>) -> String {
     v.map_or("-".into(), |x| format!("{x:.2}x"))
 }
 
-/// A prediction's error against the measured speedup, as a fraction.
-fn error(o: &Outcome) -> Option<f64> {
-    Some(o.predicted.what_if.as_ref()?.speedup / o.measured? - 1.0)
+/// A prediction's error against the measured speedup of the same cause's fix, as a fraction.
+fn error(p: &Prediction, m: &Measured) -> Option<f64> {
+    Some(p.what_if(&m.cause)?.speedup / m.speedup() - 1.0)
 }
 
 /// The steps found against the job's own: within 10%, or the one step whose sync was in
@@ -553,22 +726,34 @@ fn steps_right(p: &Prediction) -> bool {
     }) && p.steps_own > 0
 }
 
+/// A healthy run promises nothing: no advice and no what-if above [`HEALTHY_MAX_SPEEDUP`].
+fn healthy_right(p: &Prediction) -> bool {
+    p.advice.is_empty() && p.largest().is_none_or(|(_, s)| s <= HEALTHY_MAX_SPEEDUP)
+}
+
+/// Each fix's measurements over the runs: `k` is the fix's place in its scenario.
+fn fix_runs(os: &[Outcome], k: usize) -> Vec<(&Prediction, &Measured)> {
+    os.iter()
+        .filter_map(|o| Some((&o.predicted, o.fixes.get(k)?)))
+        .collect()
+}
+
 /// The median step time of the untraced original (`which` 0) or fixed (1) jobs, ms.
-fn untraced_ms(os: &[Outcome], which: usize) -> Option<f64> {
+fn untraced_ms(runs: &[(&Prediction, &Measured)], which: usize) -> Option<f64> {
     median(
-        os.iter()
-            .filter_map(|o| Some(1e3 / o.jobs.as_ref()?[which].steps_per_sec))
+        runs.iter()
+            .map(|(_, m)| 1e3 / m.jobs[which].steps_per_sec)
             .collect(),
     )
 }
 
-fn print_table(outcomes: &BTreeMap<&'static str, Vec<Outcome>>) {
+fn print_table(chosen: &[&'static Scenario], outcomes: &BTreeMap<&'static str, Vec<Outcome>>) {
     println!(
         "| scenario | injected | top cause (runs) | share | step p50 | predicted (interval) | \
          limits next | measured | error | within ±15% | steps found / own |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|---|");
-    for sc in &SCENARIOS {
+    for sc in chosen {
         let Some(os) = outcomes.get(sc.name) else {
             continue;
         };
@@ -581,53 +766,6 @@ fn print_table(outcomes: &BTreeMap<&'static str, Vec<Outcome>>) {
         let tops: Vec<String> = tops.iter().map(|(c, k)| format!("{c} {k}/{n}")).collect();
         let share = median(os.iter().map(|o| o.predicted.top_share * 100.0).collect());
         let p50 = median(os.iter().filter_map(|o| o.predicted.step_ms_p50).collect());
-        let ws: Vec<&WhatIf> = os
-            .iter()
-            .filter_map(|o| o.predicted.what_if.as_ref())
-            .collect();
-        let predicted = if sc.fix.is_none() {
-            match os
-                .iter()
-                .filter_map(|o| o.predicted.largest.clone())
-                .max_by(|a, b| a.1.total_cmp(&b.1))
-            {
-                Some((c, s)) => format!("largest: {c} {s:.2}x"),
-                None => "no what-if".into(),
-            }
-        } else if ws.is_empty() {
-            "no prediction".into()
-        } else {
-            format!(
-                "{} ({}–{}){}",
-                fmt_x(median(ws.iter().map(|w| w.speedup).collect())),
-                fmt_x(median(ws.iter().filter_map(|w| w.low).collect())),
-                fmt_x(median(ws.iter().filter_map(|w| w.high).collect())),
-                match (
-                    median(ws.iter().filter_map(|w| w.now_ms).collect()),
-                    median(ws.iter().filter_map(|w| w.fixed_ms).collect())
-                ) {
-                    (Some(a), Some(b)) => format!(" {a:.0}→{b:.0} ms"),
-                    _ => String::new(),
-                }
-            )
-        };
-        let mut next: Vec<&str> = ws.iter().filter_map(|w| w.next.as_deref()).collect();
-        next.sort_unstable();
-        next.dedup();
-        let measured = median(os.iter().filter_map(|o| o.measured).collect());
-        let contended = os
-            .iter()
-            .filter(|o| {
-                o.jobs
-                    .as_ref()
-                    .is_some_and(|j| j.iter().any(|u| u.contended.is_some()))
-            })
-            .count();
-        let errors: Vec<f64> = os.iter().filter_map(error).collect();
-        let within = errors
-            .iter()
-            .filter(|e| e.abs() <= PREDICTION_TOLERANCE)
-            .count();
         let (found, own) = os.iter().fold((0, 0), |(f, w), o| {
             (
                 f + o.predicted.steps_found.unwrap_or(0),
@@ -635,129 +773,209 @@ fn print_table(outcomes: &BTreeMap<&'static str, Vec<Outcome>>) {
             )
         });
         let steps_ok = os.iter().filter(|o| steps_right(&o.predicted)).count();
-        let steps = match (untraced_ms(os, 0), untraced_ms(os, 1)) {
-            (Some(a), Some(b)) => format!(" {a:.0}→{b:.0} ms"),
-            _ => String::new(),
+        let common = |name: String, rest: [String; 5]| {
+            let [predicted, next, measured, error, within] = rest;
+            let cells = [
+                name,
+                injected.clone(),
+                tops.join(", "),
+                share.map_or("-".into(), |s| format!("{s:.0}%")),
+                p50.map_or("-".into(), |p| format!("{p:.0} ms")),
+                predicted,
+                next,
+                measured,
+                error,
+                within,
+                format!("{found} / {own} ({steps_ok}/{n} within ±10%)"),
+            ];
+            println!("| {} |", cells.join(" | "));
         };
-        let contended = if contended == 0 {
-            String::new()
-        } else {
-            format!(" ({contended} contended)")
-        };
-        let cells = [
-            sc.name.to_owned(),
-            injected.clone(),
-            tops.join(", "),
-            share.map_or("-".into(), |s| format!("{s:.0}%")),
-            p50.map_or("-".into(), |p| format!("{p:.0} ms")),
-            predicted,
-            if next.is_empty() {
-                "-".into()
+        if sc.fixes.is_empty() {
+            let largest = os
+                .iter()
+                .filter_map(|o| o.predicted.largest())
+                .max_by(|a, b| a.1.total_cmp(&b.1));
+            let advised = os.iter().filter(|o| !o.predicted.advice.is_empty()).count();
+            common(
+                sc.name.to_owned(),
+                [
+                    match largest {
+                        Some((c, s)) => format!("largest: {c} {s:.2}x"),
+                        None => "no what-if".into(),
+                    },
+                    "-".into(),
+                    "-".into(),
+                    "-".into(),
+                    format!("advice in {advised}/{n}"),
+                ],
+            );
+            continue;
+        }
+        for k in 0..sc.fixes.len() {
+            let runs = fix_runs(os, k);
+            let Some(cause) = runs.first().map(|(_, m)| m.cause.clone()) else {
+                continue;
+            };
+            let ws: Vec<&WhatIf> = runs.iter().filter_map(|(p, _)| p.what_if(&cause)).collect();
+            let predicted = if ws.is_empty() {
+                "no prediction".into()
             } else {
-                next.join(", ")
-            },
-            format!("{}{steps}{contended}", fmt_x(measured)),
-            median(errors).map_or("-".into(), |e| format!("{:+.0}%", e * 100.0)),
-            if sc.fix.is_none() {
-                "-".into()
+                format!(
+                    "{} ({}–{}){}",
+                    fmt_x(median(ws.iter().map(|w| w.speedup).collect())),
+                    fmt_x(median(ws.iter().filter_map(|w| w.low).collect())),
+                    fmt_x(median(ws.iter().filter_map(|w| w.high).collect())),
+                    match (
+                        median(ws.iter().filter_map(|w| w.now_ms).collect()),
+                        median(ws.iter().filter_map(|w| w.fixed_ms).collect())
+                    ) {
+                        (Some(a), Some(b)) => format!(" {a:.0}→{b:.0} ms"),
+                        _ => String::new(),
+                    }
+                )
+            };
+            let mut next: Vec<&str> = ws.iter().filter_map(|w| w.next.as_deref()).collect();
+            next.sort_unstable();
+            next.dedup();
+            let measured = median(runs.iter().map(|(_, m)| m.speedup()).collect());
+            let contended = runs
+                .iter()
+                .filter(|(_, m)| m.jobs.iter().any(|u| u.contended.is_some()))
+                .count();
+            let errors: Vec<f64> = runs.iter().filter_map(|(p, m)| error(p, m)).collect();
+            let within = errors
+                .iter()
+                .filter(|e| e.abs() <= PREDICTION_TOLERANCE)
+                .count();
+            let steps = match (untraced_ms(&runs, 0), untraced_ms(&runs, 1)) {
+                (Some(a), Some(b)) => format!(" {a:.0}→{b:.0} ms"),
+                _ => String::new(),
+            };
+            let contended = if contended == 0 {
+                String::new()
             } else {
-                format!("{within}/{n}")
-            },
-            format!("{found} / {own} ({steps_ok}/{n} within ±10%)"),
-        ];
-        println!("| {} |", cells.join(" | "));
+                format!(" ({contended} contended)")
+            };
+            common(
+                if sc.fixes.len() > 1 {
+                    format!("{}: fixing {cause}", sc.name)
+                } else {
+                    sc.name.to_owned()
+                },
+                [
+                    predicted,
+                    if next.is_empty() {
+                        "-".into()
+                    } else {
+                        next.join(", ")
+                    },
+                    format!("{}{steps}{contended}", fmt_x(measured)),
+                    median(errors).map_or("-".into(), |e| format!("{:+.0}%", e * 100.0)),
+                    format!("{within}/{}", runs.len()),
+                ],
+            );
+        }
     }
     println!(
         "\nshare: the top cause's idle and waiting time over the GPU time NVML sampled (under \
-         10%: `none`); predicted: the report's what-if for the injected cause (median over the \
+         10%: `none`); predicted: the report's what-if for the fixed cause (median over the \
          runs), with its step time now and if fixed; measured: the fixed job's steps/s over \
-         the original's, both untraced, from stallgen's exit lines, with the step times they \
+         the original's, both untraced, from the job's exit lines, with the step times they \
          give (contended: other load on the machine during one of them); error: predicted \
-         over measured, median; steps: the report's count against stallgen's steps whose sync \
-         ended while the probes watched"
+         over measured, median; steps: the report's count against the job's own steps whose \
+         sync ended while the probes watched; a healthy job's row counts the runs that got \
+         advice"
     );
 }
 
-fn print_confusion(outcomes: &BTreeMap<&'static str, Vec<Outcome>>) {
-    let mut found: BTreeSet<&str> = BTreeSet::new();
-    for o in outcomes.values().flatten() {
-        found.insert(o.predicted.top.as_str());
+fn print_confusion(chosen: &[&'static Scenario], outcomes: &BTreeMap<&'static str, Vec<Outcome>>) {
+    let all = || {
+        chosen
+            .iter()
+            .filter_map(|sc| outcomes.get(sc.name))
+            .flatten()
+    };
+    let found: BTreeSet<&str> = all().map(|o| o.predicted.top.as_str()).collect();
+    let mut rows: BTreeMap<&str, BTreeMap<&str, usize>> = BTreeMap::new();
+    for o in all() {
+        *rows
+            .entry(o.predicted.injected.as_str())
+            .or_default()
+            .entry(o.predicted.top.as_str())
+            .or_default() += 1;
     }
     let found: Vec<&str> = found.into_iter().collect();
     println!("\nTop cause found (columns) against injected cause (rows), runs:\n");
     println!("| injected \\ found | {} |", found.join(" | "));
     println!("|---|{}", "---|".repeat(found.len()));
-    for sc in &SCENARIOS {
-        let Some(os) = outcomes.get(sc.name) else {
-            continue;
-        };
+    for (injected, row) in &rows {
         let cells: Vec<String> = found
             .iter()
-            .map(|c| {
-                let k = os.iter().filter(|o| o.predicted.top == *c).count();
-                if k == 0 { ".".into() } else { k.to_string() }
-            })
+            .map(|c| row.get(c).map_or(".".into(), ToString::to_string))
             .collect();
-        println!("| {} | {} |", os[0].predicted.injected, cells.join(" | "));
+        println!("| {injected} | {} |", cells.join(" | "));
     }
 }
 
 fn print_targets(outcomes: &BTreeMap<&'static str, Vec<Outcome>>) {
     let all: Vec<&Outcome> = outcomes.values().flatten().collect();
-    let fixed: Vec<&Outcome> = all
+    let fixed: Vec<(&Prediction, &Measured)> = all
         .iter()
-        .copied()
-        .filter(|o| o.measured.is_some())
+        .flat_map(|o| o.fixes.iter().map(move |m| (&o.predicted, m)))
         .collect();
-    let predictions: Vec<f64> = fixed.iter().filter_map(|o| error(o)).collect();
-    let within = predictions
+    let errors: Vec<f64> = fixed.iter().filter_map(|(p, m)| error(p, m)).collect();
+    let within = errors
         .iter()
         .filter(|e| e.abs() <= PREDICTION_TOLERANCE)
         .count();
     let verdict = |ok: bool| if ok { "PASS" } else { "MISS" };
     println!();
     println!(
-        "{}: every prediction within ±15% of the measured speedup: {within} of {} runs \
+        "{}: every prediction within ±15% of the measured speedup: {within} of {} fixes run \
          ({} with no prediction)",
         verdict(within == fixed.len() && !fixed.is_empty()),
         fixed.len(),
-        fixed.len() - predictions.len()
+        fixed.len() - errors.len()
     );
     let right = all
         .iter()
-        .filter(|o| {
-            let p = &o.predicted;
-            p.top == p.injected || (p.injected == "none" && p.top == "none")
-        })
+        .filter(|o| o.predicted.top == o.predicted.injected)
         .count();
     println!(
         "{}: the top cause right in every run: {right} of {}",
         verdict(right == all.len()),
         all.len()
     );
-    let healthy: Vec<&Outcome> = all
+    let healthy: Vec<&Prediction> = all
         .iter()
-        .copied()
-        .filter(|o| o.predicted.injected == "none")
+        .map(|o| &o.predicted)
+        .filter(|p| p.injected == "none")
         .collect();
     let promised: Vec<String> = healthy
         .iter()
-        .filter_map(|o| o.predicted.largest.clone())
-        .filter(|(_, s)| *s > HEALTHY_MAX_SPEEDUP)
-        .map(|(c, s)| format!("{c} {s:.2}x"))
+        .filter(|p| !healthy_right(p))
+        .map(|p| {
+            format!(
+                "advice [{}], largest what-if {}",
+                p.advice.join(", "),
+                p.largest()
+                    .map_or("none".into(), |(c, s)| format!("{c} {s:.2}x"))
+            )
+        })
         .collect();
     let largest = healthy
         .iter()
-        .filter_map(|o| o.predicted.largest.clone())
+        .filter_map(|p| p.largest())
         .max_by(|a, b| a.1.total_cmp(&b.1));
     println!(
-        "{}: healthy runs get no what-if above {:.0}%: {} ({} runs; the largest seen: {})",
+        "{}: healthy runs get no advice and no what-if above {:.0}%: {} ({} runs; the largest \
+         what-if seen: {})",
         verdict(promised.is_empty() && !healthy.is_empty()),
         (HEALTHY_MAX_SPEEDUP - 1.0) * 100.0,
         if promised.is_empty() {
             "none".into()
         } else {
-            promised.join(", ")
+            promised.join("; ")
         },
         healthy.len(),
         largest.map_or("no what-if at all".into(), |(c, s)| format!("{c} {s:.2}x"))
@@ -792,6 +1010,69 @@ mod tests {
     }
 
     #[test]
+    fn reads_the_seconds_of_train_py() {
+        let out = "ready pid=7\nsecond=1 steps=12\nsecond=2 steps=9\nsecond=3 steps=14\n\
+                   steps=35 secs=3.010 steps_per_sec=11.628\n";
+        assert_eq!(per_second(out), Some((9, 14)));
+        assert_eq!(per_second("steps=3 secs=0.5 steps_per_sec=6\n"), None);
+    }
+
+    #[test]
+    fn averages_the_parts_of_the_steps_log() {
+        let steps = [10e6, 30e6].map(|w| {
+            serde_json::json!({"wait_batch_ns": w, "copy_ns": 1e6, "launch_ns": 0,
+                               "host_ns": 0, "sync_ns": 15e6})
+        });
+        assert_eq!(
+            step_means(&steps),
+            "wait_batch=20.0ms copy=1.0ms launch=0.0ms host=0.0ms sync=15.0ms"
+        );
+        assert_eq!(step_means(&[]), "no steps log");
+    }
+
+    #[test]
+    fn only_selects_by_name_or_arm() {
+        let names = |only: &[&str]| -> Vec<&str> {
+            let only: Vec<String> = only.iter().map(|s| (*s).to_owned()).collect();
+            scenarios()
+                .filter(|s| selected(s, &only))
+                .map(|s| s.name)
+                .collect()
+        };
+        let torch = names(&["torch"]);
+        assert!(torch.len() >= 6 && torch.iter().all(|n| n.starts_with("torch-")));
+        assert!(
+            names(&["stallgen"])
+                .iter()
+                .all(|n| !n.starts_with("torch-"))
+        );
+        assert_eq!(
+            names(&["torch-mix", "launch"]),
+            ["launch-bound", "torch-mix"]
+        );
+        assert_eq!(names(&[]).len(), scenarios().count());
+        assert!(names(&["nothing-like-it"]).is_empty());
+    }
+
+    #[test]
+    fn every_scenario_but_healthy_has_a_fix_and_names_are_unique() {
+        let mut seen = BTreeSet::new();
+        for s in scenarios() {
+            assert!(seen.insert(s.name), "{} twice", s.name);
+            assert_eq!(
+                s.fixes.is_empty(),
+                s.name.ends_with("healthy"),
+                "{}",
+                s.name
+            );
+            // Two fixes of one run must each name the cause they remove.
+            if s.fixes.len() > 1 {
+                assert!(s.fixes.iter().all(|f| f.cause.is_some()), "{}", s.name);
+            }
+        }
+    }
+
+    #[test]
     fn a_report_without_what_ifs_is_no_prediction() {
         let report = serde_json::json!({
             "start_ns": 1000, "duration_ns": 5000,
@@ -804,34 +1085,90 @@ mod tests {
             [1500, 2500, 5000, 7000].map(|e| serde_json::json!({"end_ns": e, "host_ns": 0}));
         let p = predicted(&report, &truth, &steps).unwrap();
         assert_eq!((p.top.as_str(), p.top_share), ("disk", 0.4));
-        assert!(p.what_if.is_none() && p.largest.is_none());
+        assert!(p.what_ifs.is_empty() && p.largest().is_none());
         assert_eq!((p.steps_found, p.steps_own), (Some(2), 2));
         assert!(steps_right(&p));
     }
 
     #[test]
-    fn reads_the_injected_causes_what_if() {
+    fn a_step_is_seen_at_its_sync_end() {
+        // stallgen's step ends with its host work after the sync; train.py's at the sync.
+        let stallgen = serde_json::json!({"end_ns": 5000, "host_ns": 2000});
+        let torch = serde_json::json!({"end_ns": 5000, "sync_end_ns": 5000, "host_ns": 2000});
+        assert_eq!((step_marker(&stallgen), step_marker(&torch)), (3000, 5000));
+        let report = serde_json::json!({
+            "start_ns": 0, "duration_ns": 4000,
+            "gpus": [{"observed_ns": 4000, "lost_by_cause": {}}]
+        });
+        let p = predicted(&report, &[serde_json::json!({"cause": null})], &[torch]).unwrap();
+        assert_eq!((p.injected.as_str(), p.top.as_str()), ("none", "none"));
+        assert_eq!(p.steps_own, 0);
+    }
+
+    fn untraced(steps_per_sec: f64) -> Untraced {
+        Untraced {
+            steps_per_sec,
+            per_second: None,
+            feeder: String::new(),
+            contended: None,
+        }
+    }
+
+    #[test]
+    fn each_fix_is_judged_by_its_own_causes_what_if() {
         let report = serde_json::json!({
             "gpus": [{"observed_ns": 100, "lost_by_cause": {"host_compute": 5},
               "what_if": [
                 {"cause": "host_compute", "step_ms_now": 300.0, "step_ms_if_fixed": 100.0,
                  "speedup": 3.0, "speedup_low": 2.8, "speedup_high": 3.2, "limited_next_by": "gpu"},
-                {"cause": "disk", "speedup": 1.01}]}]
+                {"cause": "disk", "speedup": 1.01}]}],
+            "advice": [{"cause": "host_compute"}]
         });
         let truth = [serde_json::json!({"cause": "host_compute"})];
         let p = predicted(&report, &truth, &[]).unwrap();
         assert_eq!(p.top, "none");
-        let w = p.what_if.as_ref().unwrap();
+        let w = p.what_if("host_compute").unwrap();
         assert_eq!(
             (w.speedup, w.low, w.next.as_deref()),
             (3.0, Some(2.8), Some("gpu"))
         );
-        assert_eq!(p.largest, Some(("host_compute".into(), 3.0)));
-        let o = Outcome {
-            predicted: p,
-            measured: Some(2.5),
-            jobs: None,
+        assert_eq!(p.largest(), Some(("host_compute", 3.0)));
+        assert_eq!(p.advice, ["host_compute"]);
+        let host = Measured {
+            cause: "host_compute".into(),
+            jobs: [untraced(10.0), untraced(25.0)],
         };
-        assert!((error(&o).unwrap() - 0.2).abs() < 1e-9);
+        assert!((error(&p, &host).unwrap() - 0.2).abs() < 1e-9);
+        let disk = Measured {
+            cause: "disk".into(),
+            jobs: [untraced(10.0), untraced(20.0)],
+        };
+        assert!((error(&p, &disk).unwrap() - (1.01 / 2.0 - 1.0)).abs() < 1e-9);
+        let cpu = Measured {
+            cause: "dataloader_cpu".into(),
+            jobs: [untraced(10.0), untraced(20.0)],
+        };
+        assert_eq!(error(&p, &cpu), None);
+    }
+
+    #[test]
+    fn a_healthy_run_with_advice_or_a_promise_is_wrong() {
+        let report = |what_if: Value, advice: Value| {
+            let r = serde_json::json!({
+                "gpus": [{"observed_ns": 100, "lost_by_cause": {}, "what_if": what_if}],
+                "advice": advice
+            });
+            predicted(&r, &[serde_json::json!({"cause": "none"})], &[]).unwrap()
+        };
+        let quiet = serde_json::json!([{"cause": "disk", "speedup": 1.02}]);
+        assert!(healthy_right(&report(quiet.clone(), serde_json::json!([]))));
+        assert!(!healthy_right(&report(
+            quiet,
+            serde_json::json!([{"cause": "disk"}])
+        )));
+        assert!(!healthy_right(&report(
+            serde_json::json!([{"cause": "disk", "speedup": 1.2}]),
+            serde_json::json!([])
+        )));
     }
 }
