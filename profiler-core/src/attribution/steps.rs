@@ -3,10 +3,16 @@
 //! A training loop blocks once a step on the GPU: `loss.item()`, the optimizer's sync, a
 //! `.cpu()`. Those calls are the step's markers. Every blocking CUDA call of a feeder (a sync,
 //! or a synchronous device-to-host copy) is a candidate, grouped by thread, function and call
-//! site; a group is a *steady step* when it has at least [`MIN_CALLS`] calls, its intervals'
-//! p90 is at most [`MAX_SPREAD`] times their p50, and its calls span at least
-//! [`MIN_COVERAGE`] of the time analysed. The steady group with the most calls wins (ties: the
-//! most time inside its calls, the sync that waits rather than the copy that follows it).
+//! site; a group is a *steady step* when it has at least [`MIN_CALLS`] calls, its intervals
+//! keep a pace (the p90 of each interval against the median of its [`NEIGHBOURS`] on either
+//! side is at most [`MAX_SPREAD`]: a job whose phases run at different paces still steps
+//! steadily within each), and its calls span at least [`MIN_COVERAGE`] of the time analysed.
+//! The steady group with the most calls wins (ties: the most time inside its calls, the sync
+//! that waits rather than the copy that follows it).
+//!
+//! A loop that never blocks on the GPU (every sync left to the caching allocator, or to a
+//! later epoch) still copies each batch to it: without a steady blocking call, the feeder's
+//! host-to-device copies mark the steps the same way.
 //!
 //! A step is the time from one marker's end to the next's; each is split into what the
 //! feeder did in it (see [`StepSplit`]). Without a steady group there is no step to report,
@@ -24,8 +30,10 @@ use crate::recording::record::CudaCall;
 
 /// Calls a group needs to be a step's marker.
 pub const MIN_CALLS: usize = 5;
-/// The most a steady step's p90 may be, in multiples of its p50.
+/// The most a steady step's p90 may be, in multiples of the median of its neighbours.
 pub const MAX_SPREAD: f64 = 3.0;
+/// Intervals on either side of one that set the pace it is held to.
+pub const NEIGHBOURS: usize = 4;
 /// The least share of the analysed time a steady step's markers must span.
 pub const MIN_COVERAGE: f64 = 0.5;
 
@@ -166,6 +174,47 @@ pub(super) fn blocks(call: &CudaCall) -> bool {
     ) && call.status == 0
 }
 
+/// A copy of a batch to the GPU, the marker of a loop that never blocks on it.
+fn copies_to_gpu(call: &CudaCall) -> bool {
+    matches!(
+        call.op,
+        CudaOp::Copy {
+            dir: CopyDir::HostToDevice,
+            ..
+        }
+    ) && call.status == 0
+}
+
+/// Whether `intervals` keep a pace: the p90 of each one against the median of its
+/// [`NEIGHBOURS`] on either side (itself included) is at most [`MAX_SPREAD`]. Against the
+/// whole recording's median instead, a job that runs 50 ms steps for a while and 300 ms steps
+/// after would have no steady step; random requests have none either way.
+fn keeps_pace(intervals: &[u64]) -> bool {
+    let mut ratios = Percentiles::new();
+    let mut near = Vec::with_capacity(2 * NEIGHBOURS + 1);
+    for (i, &iv) in intervals.iter().enumerate() {
+        let lo = i.saturating_sub(NEIGHBOURS);
+        let hi = (i + NEIGHBOURS + 1).min(intervals.len());
+        near.clear();
+        near.extend_from_slice(&intervals[lo..hi]);
+        near.sort_unstable();
+        let median = near[near.len() / 2];
+        if median == 0 {
+            return false;
+        }
+        // Thousandths, for the integer percentiles.
+        ratios.record(iv.saturating_mul(1000) / median);
+    }
+    ratios
+        .percentile(90)
+        .is_some_and(|p90| p90 as f64 <= MAX_SPREAD * 1000.0)
+}
+
+/// Which calls may mark a step, and what they are called in a "no steady step" line.
+type Candidates = (fn(&CudaCall) -> bool, &'static str);
+const BLOCKING: Candidates = (blocks, "blocking CUDA call");
+const COPIES: Candidates = (copies_to_gpu, "copy to the GPU");
+
 /// One candidate: a thread's calls of one function from one call site.
 struct Group<'c> {
     tid: u32,
@@ -177,20 +226,24 @@ struct Group<'c> {
 
 /// Why no steady step was found, for `found_by`.
 fn no_steady(why: &str) -> String {
-    format!("no steady step: {why}")
+    format!("{NO_STEADY}{why}")
 }
+
+const NO_STEADY: &str = "no steady step: ";
 
 /// The steady marker among `calls` of the threads `feeder` accepts, inside `span`
 /// (`[from, to]`, CLOCK_MONOTONIC ns), or why there is none.
 fn marker<'c>(
     calls: &'c [CudaCall],
     feeder: impl Fn(u32) -> bool,
+    candidate: Candidates,
     span: (u64, u64),
 ) -> Result<Group<'c>, String> {
+    let (candidate, what) = candidate;
     let (from, to) = span;
     let mut groups: BTreeMap<(u32, &str, &str), Group<'c>> = BTreeMap::new();
     for c in calls {
-        if !feeder(c.tid) || !blocks(c) || c.end_ns < from || c.end_ns > to {
+        if !feeder(c.tid) || !candidate(c) || c.end_ns < from || c.end_ns > to {
             continue;
         }
         let g = groups
@@ -208,7 +261,7 @@ fn marker<'c>(
             .saturating_add(c.end_ns.saturating_sub(c.start_ns));
     }
     if groups.is_empty() {
-        return Err(no_steady("the feeder made no blocking CUDA call"));
+        return Err(no_steady(&format!("the feeder made no {what}")));
     }
     let span_ns = to.saturating_sub(from).max(1) as f64;
     let mut best: Option<Group<'c>> = None;
@@ -219,14 +272,8 @@ fn marker<'c>(
         if g.ends.len() < MIN_CALLS {
             continue;
         }
-        let mut p = Percentiles::new();
-        for w in g.ends.windows(2) {
-            p.record(w[1] - w[0]);
-        }
-        let (Some(p50), Some(p90)) = (p.percentile(50), p.percentile(90)) else {
-            continue;
-        };
-        let steady = p50 > 0 && p90 as f64 <= MAX_SPREAD * p50 as f64;
+        let intervals: Vec<u64> = g.ends.windows(2).map(|w| w[1] - w[0]).collect();
+        let steady = keeps_pace(&intervals);
         let covered = (g.ends[g.ends.len() - 1] - g.ends[0]) as f64 / span_ns;
         if !steady || covered < MIN_COVERAGE {
             continue;
@@ -241,13 +288,13 @@ fn marker<'c>(
     best.ok_or_else(|| {
         if most < MIN_CALLS {
             no_steady(&format!(
-                "no blocking CUDA call of the feeder came {MIN_CALLS} times from one place \
-                 (at most {most})"
+                "no {what} of the feeder came {MIN_CALLS} times from one place (at most \
+                 {most})"
             ))
         } else {
             no_steady(&format!(
-                "no blocking CUDA call of the feeder recurs steadily (p90 within {MAX_SPREAD}× \
-                 the p50 of its intervals) over {:.0}% of the time",
+                "no {what} of the feeder recurs steadily (p90 of its intervals within \
+                 {MAX_SPREAD}× their neighbours' median) over {:.0}% of the time",
                 MIN_COVERAGE * 100.0
             ))
         }
@@ -319,7 +366,18 @@ fn step_parts(ends: &[u64], tid: u32, l: &Lookups<'_>) -> Vec<StepParts> {
 /// The steps of the feeders `roles` names over `span` (`[from, to]`, CLOCK_MONOTONIC ns: the
 /// time the host timeline covers since the probes watched the feeders).
 pub fn find(calls: &[CudaCall], roles: &Roles, lookups: &Lookups<'_>, span: (u64, u64)) -> Found {
-    let g = match marker(calls, |t| roles.feeders.contains(&t), span) {
+    let feeder = |t| roles.feeders.contains(&t);
+    let found = marker(calls, feeder, BLOCKING, span).or_else(|why| {
+        marker(calls, feeder, COPIES, span).map_err(|copies| {
+            // The copies' reason only where there were some to judge.
+            if copies.ends_with(COPIES.1) {
+                why
+            } else {
+                format!("{why}; {}", copies.trim_start_matches(NO_STEADY))
+            }
+        })
+    });
+    let g = match found {
         Ok(g) => g,
         Err(why) => {
             return Found {
@@ -577,6 +635,75 @@ mod tests {
         assert_eq!(
             f.steps.found_by,
             "no steady step: the feeder made no blocking CUDA call"
+        );
+    }
+
+    #[test]
+    fn a_job_whose_pace_changes_between_phases_still_steps() {
+        // 50 steps of 50 ms, then 20 of 300 ms: the whole run's p90 is 6x its p50, each
+        // phase is steady.
+        let mut t = 0;
+        let mut calls = Vec::new();
+        for i in 0..70u64 {
+            t += if i < 50 { 50 * MS } else { 300 * MS };
+            calls.push(sync(t - MS, t, "train.py:88"));
+        }
+        let f = run(&calls, &[], &[], t);
+        assert_eq!(f.steps.count, 70, "{f:?}");
+        let p = f.steps.step_ms.unwrap();
+        assert_eq!((p.p50, p.p99), (50.0, 300.0));
+        // Random requests are no step, however their pace is judged.
+        let mut rng = 0x2545_f491_4f6c_dd1du64;
+        let mut t = 0;
+        let random: Vec<CudaCall> = (0..200)
+            .map(|_| {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                // Exponential gaps, mean 50 ms.
+                let u = (rng >> 11) as f64 / (1u64 << 53) as f64;
+                t += (-(1.0 - u).ln() * 50.0 * MS as f64) as u64 + MS;
+                sync(t - MS, t, "serve.py:12")
+            })
+            .collect();
+        let f = run(&random, &[], &[], t);
+        assert_eq!(f.steps.count, 0, "{:?}", f.steps);
+    }
+
+    #[test]
+    fn a_loop_that_never_blocks_is_stepped_by_its_copies_to_the_gpu() {
+        let copy = |end: u64, asynchronous| CudaCall {
+            start_ns: end - MS / 10,
+            api: "cuMemcpyHtoDAsync_v2".into(),
+            op: CudaOp::Copy {
+                dir: CopyDir::HostToDevice,
+                dst: 0,
+                src: 0,
+                bytes: 1 << 20,
+                stream: 0,
+                asynchronous,
+            },
+            ..sync(0, end, "train.py:50")
+        };
+        let mut calls: Vec<CudaCall> = (1..=100u64).map(|i| copy(i * 100 * MS, true)).collect();
+        // A sync now and then, too rare to be the step.
+        calls.extend((1..=3u64).map(|i| sync(i * 3_000 * MS, i * 3_000 * MS + MS, "eval.py:9")));
+        calls.sort_by_key(|c| c.start_ns);
+        let f = run(&calls, &[], &[], 10_000 * MS);
+        assert_eq!(f.steps.count, 100, "{:?}", f.steps);
+        assert_eq!(f.steps.found_by, "cuMemcpyHtoDAsync_v2 at train.py:50");
+        assert_eq!(f.steps.step_ms.unwrap().p50, 100.0);
+        // Sparse copies and sparse syncs: why, for both.
+        let sparse: Vec<CudaCall> = calls
+            .iter()
+            .filter(|c| c.end_ns <= 300 * MS || c.caller == "eval.py:9")
+            .cloned()
+            .collect();
+        let f = run(&sparse, &[], &[], 10_000 * MS);
+        assert_eq!(
+            f.steps.found_by,
+            "no steady step: no blocking CUDA call of the feeder came 5 times from one place \
+             (at most 3); no copy to the GPU of the feeder came 5 times from one place (at most 3)"
         );
     }
 
