@@ -21,7 +21,7 @@ use profiler_core::recording::record::Record;
 use profiler_core::report::flamegraph::{
     self as folded, cause_lines, off_cpu_folded, on_cpu_folded,
 };
-use profiler_core::{Format, FormatError, Inputs, RecordReader, Subject, Truncation};
+use profiler_core::{Destination, Format, FormatError, Inputs, RecordReader, Subject, Truncation};
 
 /// Everything one reading of a recording gave.
 #[derive(Debug, PartialEq)]
@@ -314,8 +314,12 @@ pub fn report_chain(data: &[u8]) -> Result<Rendered, ReportError> {
         rendered.svg_bytes = svg.0;
     }
     let report = analyzed.report();
-    // Every format that renders from the report alone (the timeline's need kept events).
-    for format in Format::ALL.into_iter().filter(|f| !f.draws_timeline()) {
+    // Every stdout format: they render from the report alone (the timeline's need kept events,
+    // the flame graphs are drawn above).
+    for format in Format::ALL
+        .into_iter()
+        .filter(|f| f.destination() == Destination::Stdout)
+    {
         let renderer = format
             .renderer()
             .ok_or_else(|| ReportError::Render(format!("no {format} renderer")))?;

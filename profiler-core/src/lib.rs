@@ -26,4 +26,4 @@ pub use pipeline::Analyzed;
 pub use recording::format::{FormatError, RecordingWriter, Truncation};
 pub use recording::reader::{LoadInfo, RecordReader, Recording, read_recording};
 pub use recording::record;
-pub use report::{Destination, Format, Inputs, JobReport, Render, Report, Subject};
+pub use report::{Destination, Files, Format, Inputs, JobReport, Render, Report, Subject};

@@ -16,7 +16,7 @@ use crate::attribution::{
 };
 use crate::recording::format::FormatError;
 use crate::recording::reader::LoadInfo;
-use crate::report::flamegraph::{CauseStacks, cause_stacks};
+use crate::report::cause_stacks::{CauseStacks, cause_stacks};
 use crate::report::model::{JobReport, Report};
 use crate::timeline::{self, RecordingLanes, TimelineEvents};
 

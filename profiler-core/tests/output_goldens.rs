@@ -1,12 +1,14 @@
 //! Goldens for the outputs the per-recording reports do not cover: a job of several
 //! recordings (text and JSON), the HTML page's embedded data, the Perfetto trace (decoded and
-//! summarised), the gate's three renders of `diff` and `check`, `doctor`'s text and JSON, and
+//! summarised), the flame-graph format's files, the gate's three renders of `diff` and `check`, `doctor`'s text and JSON, and
 //! the agent's OpenMetrics exposition. Every input is a fixed recording of
 //! `tests/recordings/gpu/` or a fixed reading, so nothing depends on this machine.
 //! Regenerate with `STALLSCOPE_BLESS=1 cargo test -p profiler-core --test output_goldens`.
 mod common;
 
 use std::collections::BTreeMap;
+use std::io::{self, Write};
+use std::sync::{Arc, Mutex};
 
 use common::assert_golden;
 use perfetto_protos::trace::Trace;
@@ -21,7 +23,7 @@ use profiler_core::gate::{
 use profiler_core::pipeline::{self, Analyzed, Keep, Loaded};
 use profiler_core::report::json::{JsonReport, ReportDoc, SegmentDoc, read_report};
 use profiler_core::report::{html, json::to_json_value, perfetto};
-use profiler_core::{Format, Inputs, Subject};
+use profiler_core::{Files, Format, Inputs, Subject};
 use protobuf::Message as _;
 use serde_json::{Value, json};
 
@@ -348,4 +350,98 @@ fn a_report_read_back_writes_the_same_bytes() {
     let written = serde_json::to_string_pretty(&JsonReport::new(&a.report())).unwrap();
     let doc = read_report(written.as_bytes(), "x.json").unwrap();
     assert!(serde_json::to_string_pretty(&doc).unwrap() == written);
+}
+
+/// Files kept in memory by name, as a format of several files writes them.
+#[derive(Default)]
+struct Memory(Mutex<BTreeMap<String, Arc<Mutex<Vec<u8>>>>>);
+
+struct Shared(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Shared {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Files for Memory {
+    fn create(&self, name: &str) -> io::Result<Box<dyn Write + Send + '_>> {
+        let file = Arc::new(Mutex::new(Vec::new()));
+        let again = self.0.lock().unwrap().insert(name.to_owned(), file.clone());
+        assert!(again.is_none(), "{name} is written twice");
+        Ok(Box::new(Shared(file)))
+    }
+}
+
+/// An SVG as what it draws: its title and how many frames it has.
+fn svg_summary(svg: &str) -> String {
+    let title = svg
+        .split("<text id=\"title\"")
+        .nth(1)
+        .and_then(|t| t.split('>').nth(1))
+        .and_then(|t| t.split('<').next())
+        .unwrap_or("(no title)");
+    format!("{title}: {} frames", svg.matches("<g>").count())
+}
+
+/// The flame-graph format through the one output registry: each graph's folded lines whole,
+/// its SVG summarised (inferno draws it; the folded lines are what this crate decides), and
+/// the graphs drawn again for an HTML page, in the same order as the files.
+#[test]
+fn the_flame_graph_files() {
+    let mut a = analyzed(
+        "dataloader-cpu",
+        Keep {
+            timeline: false,
+            cause_stacks: true,
+        },
+    );
+    let causes = std::mem::take(&mut a.causes);
+    let report = a.report();
+    let input = Inputs {
+        cause_stacks: &causes,
+        for_page: true,
+        ..Inputs::report(Subject::One(&report))
+    };
+    let files = Memory::default();
+    let page = Format::Flamegraph.write_files(&input, &files).unwrap();
+    let files = files.0.into_inner().unwrap();
+    let mut out = String::new();
+    for (name, bytes) in &files {
+        let text = String::from_utf8(bytes.lock().unwrap().clone()).unwrap();
+        if name.ends_with(".svg") {
+            out += &format!("== {name}: {}\n", svg_summary(&text));
+        } else {
+            out += &format!("== {name}: {} lines\n{text}", text.lines().count());
+        }
+    }
+    assert_golden("flamegraph/dataloader-cpu.txt", &out);
+    let drawn: Vec<&str> = page.iter().map(|g| g.name.as_str()).collect();
+    let mut svgs: Vec<&str> = files
+        .keys()
+        .filter_map(|n| n.strip_suffix(".svg"))
+        .collect();
+    // The page's order is the graphs': on-CPU, off-CPU, then the causes.
+    svgs.sort_by_key(|n| (!n.starts_with("oncpu"), !n.starts_with("offcpu"), *n));
+    assert_eq!(drawn, svgs);
+    assert!(drawn.contains(&"cause-dataloader_cpu"), "{drawn:?}");
+    for g in &page {
+        assert!(g.svg.starts_with("<?xml"), "{}", g.name);
+    }
+    // Without the page, nothing is drawn twice.
+    let alone = Inputs {
+        for_page: false,
+        ..input
+    };
+    assert!(
+        Format::Flamegraph
+            .write_files(&alone, &Memory::default())
+            .unwrap()
+            .is_empty()
+    );
 }

@@ -166,9 +166,11 @@ pub struct CheckArgs {
 #[derive(Debug, Clone, Args)]
 pub struct OutputArgs {
     /// What to write: `text`, `json` or `markdown` on stdout; `perfetto` (a .pftrace for
-    /// ui.perfetto.dev) and `html` (one self-contained page) as files beside the recording.
-    /// Several may be given, comma-separated or repeated (e.g. `--format text,html,perfetto`);
-    /// of the stdout formats, json wins over markdown, and markdown over text.
+    /// ui.perfetto.dev), `html` (one self-contained page) and `flamegraph` (SVG and folded
+    /// stacks, on-CPU, off-CPU and per cause; always, unless --no-flamegraphs) as files beside
+    /// the recording. Several may be given, comma-separated or repeated (e.g. `--format
+    /// text,html,perfetto`); of the stdout formats, json wins over markdown, and markdown over
+    /// text.
     #[arg(
         long,
         value_name = "FORMAT",
@@ -185,7 +187,8 @@ pub struct OutputArgs {
     /// next to the recording).
     #[arg(long, value_name = "DIR")]
     pub flamegraph_dir: Option<PathBuf>,
-    /// Write no flamegraphs or folded stacks (an HTML report then has none).
+    /// Write no flamegraphs or folded stacks (an HTML report then has none): leaves out the
+    /// `flamegraph` format.
     #[arg(long)]
     pub no_flamegraphs: bool,
 }
@@ -295,10 +298,18 @@ impl From<OutputArgs> for Outputs {
         if a.json {
             formats.push(Format::Json);
         }
+        // Flame graphs come with every report unless refused, whatever else is asked for.
+        if a.no_flamegraphs {
+            formats.retain(|&f| f != Format::Flamegraph);
+            if formats.is_empty() {
+                formats.push(Format::Text);
+            }
+        } else if !formats.contains(&Format::Flamegraph) {
+            formats.push(Format::Flamegraph);
+        }
         Outputs {
             formats,
             dir: a.flamegraph_dir,
-            flamegraphs: !a.no_flamegraphs,
         }
     }
 }
@@ -556,6 +567,52 @@ mod tests {
         );
     }
 
+    /// Flame graphs are a format like the others: on unless refused, whatever else is asked,
+    /// and named like the others.
+    #[test]
+    fn flame_graphs_are_a_format_on_by_default() {
+        let formats = |args: &[&str]| match parse(args).map(|c| c.command) {
+            Ok(Command::Report(r)) => Outputs::from(r.out).formats,
+            other => panic!("{args:?}: {other:?}"),
+        };
+        assert_eq!(
+            formats(&["report", "a.rec"]),
+            [Format::Text, Format::Flamegraph]
+        );
+        assert_eq!(
+            formats(&["report", "a.rec", "--json"]),
+            [Format::Text, Format::Json, Format::Flamegraph]
+        );
+        assert_eq!(
+            formats(&["report", "a.rec", "--format", "flamegraph,html"]),
+            [Format::Flamegraph, Format::Html]
+        );
+        assert_eq!(
+            formats(&["report", "a.rec", "--format", "json", "--no-flamegraphs"]),
+            [Format::Json]
+        );
+        assert_eq!(
+            formats(&[
+                "report",
+                "a.rec",
+                "--format",
+                "flamegraph",
+                "--no-flamegraphs"
+            ]),
+            [Format::Text]
+        );
+        let out = Outputs::from(
+            match parse(&["report", "a.rec", "--format", "flamegraph"]) {
+                Ok(Cli {
+                    command: Command::Report(r),
+                }) => r.out,
+                other => panic!("{other:?}"),
+            },
+        );
+        assert_eq!(out.stdout(), Format::Text);
+        assert!(out.file_formats().is_empty(), "{:?}", out.file_formats());
+    }
+
     /// One enum drives every `--format`, each command taking its own formats only.
     #[test]
     fn each_command_takes_its_own_formats() {
@@ -633,7 +690,6 @@ mod tests {
             outputs: Outputs {
                 formats: vec![Format::Json, Format::Html, Format::Perfetto],
                 dir: Some(PathBuf::from("graphs")),
-                flamegraphs: false,
             },
         };
         let launched = RecordingPlan::new(Targets::Launch(vec![
@@ -662,6 +718,14 @@ mod tests {
         let recorder = agent.recorder(vec![11, 12], std::path::Path::new("/scratch/r1"));
         assert_eq!(plan_of(&recorder.command_line()), recorder);
         assert_eq!(recorder.outputs.stdout(), Format::Json);
+        assert!(recorder.outputs.wants(Format::Flamegraph));
+        let without = AgentPlan {
+            flamegraphs: Duration::ZERO,
+            ..agent.clone()
+        }
+        .recorder(vec![11], std::path::Path::new("/scratch/r2"));
+        assert_eq!(plan_of(&without.command_line()), without);
+        assert_eq!(without.outputs.formats, [Format::Json]);
         assert_eq!(
             recorder
                 .outputs

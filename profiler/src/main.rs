@@ -3,6 +3,7 @@ mod agent;
 mod capture;
 mod cli;
 mod doctor;
+mod files;
 mod gate;
 mod nvml_reader;
 mod output;
@@ -12,7 +13,6 @@ mod privileges;
 mod recorder;
 mod spawn;
 mod sudo;
-mod timeline_files;
 
 use clap::Parser as _;
 

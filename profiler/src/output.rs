@@ -1,10 +1,16 @@
-//! Turns a recording file into what the user sees: the report on stdout (text or JSON) and
-//! flamegraphs plus folded stacks on disk. `record` and `report` both end here, on the same
-//! file, so a live run and a later `report` print the same thing. The analysis is
-//! `profiler_core::pipeline`'s; this adds the files and the terminal.
+//! Turns a recording file into what the user sees: the report on stdout, and on disk the flame
+//! graphs of each recording and the report's timeline files. `record` and `report` both end
+//! here, on the same file, so a live run and a later `report` print the same thing. The
+//! analysis is `profiler_core::pipeline`'s and every format renders through its `Render`; this
+//! adds the files and the terminal.
+//!
+//! The flame graphs are drawn after the attribution, not beside it: their folded lines (tens of
+//! megabytes for an hour) would otherwise be held at once with the timed samples, the bulk of
+//! the memory, which are gone by then. They are folded one at a time as each is drawn, on at
+//! most `RENDER_THREADS` threads (`profiler_core::report::flamegraph::render`).
 use std::{
     fs::File,
-    io::{BufWriter, Write},
+    io::Write,
     path::{Path, PathBuf},
 };
 
@@ -13,25 +19,16 @@ use profiler_core::{
     Format, Inputs, Report, Subject,
     attribution::waiting::Calibration,
     pipeline::{self, Analyzed, Keep, Loaded},
-    report::{flamegraph as folded, json},
+    report::{cause_stacks::CauseStacks, json, model::Flamegraph},
 };
 
-use crate::{owner, plan::Outputs, timeline_files};
-use profiler_core::report::html::Flamegraph;
-
-/// What drawing the flame graphs made: the files, and for an HTML report, each graph again
-/// with its narrowest frames left out.
-#[derive(Default)]
-struct Drawn {
-    paths: Vec<PathBuf>,
-    embedded: Vec<Flamegraph>,
-}
+use crate::{files, plan::Outputs};
 
 /// What the outputs `out` asks for need kept past the attribution.
 fn keep(out: &Outputs) -> Keep {
     Keep {
         timeline: out.draws_timeline(),
-        cause_stacks: out.flamegraphs,
+        cause_stacks: out.wants(Format::Flamegraph),
     }
 }
 
@@ -60,12 +57,33 @@ fn load(recording: &Path) -> anyhow::Result<Loaded> {
     Ok(loaded)
 }
 
-fn say_written(drawn: &anyhow::Result<Drawn>) {
-    if let Ok(d) = drawn {
-        for p in &d.paths {
-            eprintln!("stallscope: wrote {}", p.display());
-        }
+/// Attributes the GPU idle time of one recording, keeping what `out`'s formats need.
+fn attribute(loaded: Loaded, out: &Outputs, calibration: &Calibration) -> Analyzed {
+    let (analyzed, ()) = pipeline::attribute(loaded, calibration, keep(out), |_| ());
+    // The timed samples are gone: the flame graphs drawn next reuse their memory.
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim only releases free heap pages; it has no preconditions.
+    unsafe {
+        libc::malloc_trim(0);
     }
+    analyzed
+}
+
+/// One recording's flame graphs, beside it: what `report` renders through the flamegraph
+/// format, and for an HTML page the graphs again.
+fn flamegraphs(
+    recording: &Path,
+    out: &Outputs,
+    report: &Report<'_>,
+    causes: &[CauseStacks],
+) -> anyhow::Result<Vec<Flamegraph>> {
+    let (dir, stem) = place(recording, out);
+    let input = Inputs {
+        cause_stacks: causes,
+        for_page: out.wants(Format::Html),
+        ..Inputs::report(Subject::One(report))
+    };
+    files::flamegraphs(out, &dir, &stem, &input)
 }
 
 /// Several recordings of one job (one per host): each one's report, then the ranks across
@@ -83,10 +101,10 @@ pub fn render_many(recordings: &[PathBuf], out: &Outputs) -> anyhow::Result<()> 
     let mut drawn = Ok(());
     let mut svgs = Vec::new();
     for (r, l) in recordings.iter().zip(loaded) {
-        let (a, paths) = attribute_and_draw(l, r, out, &calibration);
-        say_written(&paths);
-        match paths {
-            Ok(d) => svgs.extend(d.embedded.into_iter().map(|g| Flamegraph {
+        let mut a = attribute(l, out, &calibration);
+        let causes = std::mem::take(&mut a.causes);
+        match flamegraphs(r, out, &a.report(), &causes) {
+            Ok(graphs) => svgs.extend(graphs.into_iter().map(|g| Flamegraph {
                 name: format!("{}: {}", a.name, g.name),
                 svg: g.svg,
             })),
@@ -110,18 +128,19 @@ pub fn render_many(recordings: &[PathBuf], out: &Outputs) -> anyhow::Result<()> 
             .zip(events)
             .filter_map(|(a, events)| Some(a.lanes(events?)))
             .collect();
-        let (dir, stem) = flamegraph_place(&recordings[0], out);
+        let (dir, stem) = place(&recordings[0], out);
         let input = Inputs {
-            subject: Subject::Job(&job),
             lanes: &lanes,
             graphs: &svgs,
+            ..Inputs::report(Subject::Job(&job))
         };
-        timeline_files::write(out, &dir, &format!("{stem}-job"), &input)?;
+        files::timeline(out, &dir, &format!("{stem}-job"), &input)?;
     }
     drawn
 }
 
-fn flamegraph_place(recording: &Path, out: &Outputs) -> (PathBuf, String) {
+/// Where a recording's files go, and the stem of their names.
+fn place(recording: &Path, out: &Outputs) -> (PathBuf, String) {
     let dir = out.dir_for(recording);
     let stem = recording
         .file_stem()
@@ -170,9 +189,13 @@ fn write_segment(
 fn render_one(recording: &Path, out: &Outputs, segment: Option<u32>) -> anyhow::Result<()> {
     let loaded = load(recording)?;
     let calibration = pipeline::calibrate(&[&loaded]);
-    let (mut analyzed, drawn) = attribute_and_draw(loaded, recording, out, &calibration);
+    let mut analyzed = attribute(loaded, out, &calibration);
     let events = analyzed.events.take();
+    let causes = std::mem::take(&mut analyzed.causes);
     let report = analyzed.report();
+    // Before the report: the agent takes a segment's folded stacks when its report comes.
+    let drawn = flamegraphs(recording, out, &report, &causes);
+    drop(causes);
     let stdout = std::io::stdout();
     let mut stdout = stdout.lock();
     match segment {
@@ -183,20 +206,16 @@ fn render_one(recording: &Path, out: &Outputs, segment: Option<u32>) -> anyhow::
     }
     stdout.flush()?;
     drop(stdout);
-    say_written(&drawn);
-    let graphs: &[Flamegraph] = match &drawn {
-        Ok(d) => &d.embedded,
-        Err(_) => &[],
-    };
+    let graphs: &[Flamegraph] = drawn.as_deref().unwrap_or(&[]);
     let files = events.map_or(Ok(()), |events| {
         let lanes = [analyzed.lanes(events)];
-        let (dir, stem) = flamegraph_place(recording, out);
+        let (dir, stem) = place(recording, out);
         let input = Inputs {
-            subject: Subject::One(&report),
             lanes: &lanes,
             graphs,
+            ..Inputs::report(Subject::One(&report))
         };
-        timeline_files::write(out, &dir, &stem, &input)
+        files::timeline(out, &dir, &stem, &input)
     });
     drop(report);
     if segment.is_none() {
@@ -206,171 +225,4 @@ fn render_one(recording: &Path, out: &Outputs, segment: Option<u32>) -> anyhow::
     }
     drawn?;
     files
-}
-
-/// Attributes the GPU idle time and, unless told not to, writes the flame graphs and folded
-/// stacks: the on- and off-CPU graphs while the attribution runs, each cause's after it. The
-/// attribution is made whether or not they can be written.
-fn attribute_and_draw(
-    loaded: Loaded,
-    recording: &Path,
-    out: &Outputs,
-    calibration: &Calibration,
-) -> (Analyzed, anyhow::Result<Drawn>) {
-    let (dir, stem) = flamegraph_place(recording, out);
-    let keep = keep(out);
-    if !out.flamegraphs {
-        let (analyzed, ()) = pipeline::attribute(loaded, calibration, keep, |_| ());
-        return (analyzed, Ok(Drawn::default()));
-    }
-    if let Err(e) = std::fs::create_dir_all(&dir) {
-        // No graph can be written: their stacks are not kept.
-        let keep = Keep {
-            cause_stacks: false,
-            ..keep
-        };
-        let (analyzed, ()) = pipeline::attribute(loaded, calibration, keep, |_| ());
-        let e = Err(e).with_context(|| format!("cannot create {}", dir.display()));
-        return (analyzed, e);
-    }
-    let embed = out.wants(Format::Html);
-    // The on- and off-CPU graphs are drawn after the attribution, not beside it: their folded
-    // lines (tens of megabytes for an hour) would otherwise be held at once with the timed
-    // samples, the bulk of the memory, which are gone by then.
-    let (mut analyzed, ()) = pipeline::attribute(loaded, calibration, keep, |_| ());
-    // The timed samples are gone: the graphs reuse their memory.
-    #[cfg(target_env = "gnu")]
-    // SAFETY: malloc_trim only releases free heap pages; it has no preconditions.
-    unsafe {
-        libc::malloc_trim(0);
-    }
-    let causes = std::mem::take(&mut analyzed.causes);
-    let a = &analyzed.analysis;
-    let plain = [
-        Graph {
-            name: "oncpu".into(),
-            title: "On-CPU".into(),
-            fold: Box::new(move || (folded::on_cpu_folded(a), "samples")),
-        },
-        Graph {
-            name: "offcpu".into(),
-            title: "Off-CPU".into(),
-            fold: Box::new(move || (folded::off_cpu_folded(a), "us")),
-        },
-    ];
-    let graphs: Vec<Graph<'_>> = plain
-        .into_iter()
-        .chain(
-            causes
-                .into_iter()
-                .filter(|stacks| !stacks.is_empty())
-                .map(|stacks| {
-                    let cause = stacks.cause();
-                    Graph {
-                        name: format!("cause-{}", cause.name()),
-                        title: format!("GPU idle time: {}", cause.name()),
-                        fold: Box::new(move || folded::cause_lines(a, &stacks)),
-                    }
-                }),
-        )
-        .collect();
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .clamp(1, RENDER_THREADS);
-    let written = draw(&dir, &stem, graphs, embed, threads);
-    (analyzed, written)
-}
-
-/// Flame graphs rendered at once, at most: each holds its folded stacks, tens of megabytes for
-/// a long recording, while it renders.
-const RENDER_THREADS: usize = 2;
-
-type Fold<'a> = Box<dyn FnOnce() -> (Vec<String>, &'static str) + Send + 'a>;
-
-/// One flame graph to draw: file name part, title, and how to get its folded lines.
-struct Graph<'a> {
-    name: String,
-    title: String,
-    fold: Fold<'a>,
-}
-
-/// Draws `graphs` on up to `threads` threads; what they wrote comes out in `graphs`' order
-/// whatever thread drew each.
-fn draw(
-    dir: &Path,
-    stem: &str,
-    graphs: Vec<Graph<'_>>,
-    embed: bool,
-    threads: usize,
-) -> anyhow::Result<Drawn> {
-    let queue = std::sync::Mutex::new(graphs.into_iter().enumerate());
-    let results = std::sync::Mutex::new(std::collections::BTreeMap::new());
-    let work = || {
-        loop {
-            let next = match queue.lock() {
-                Ok(mut q) => q.next(),
-                Err(_) => break,
-            };
-            let Some((i, graph)) = next else { break };
-            let done = write_graph(dir, stem, graph, embed);
-            if let Ok(mut results) = results.lock() {
-                results.insert(i, done);
-            }
-        }
-    };
-    std::thread::scope(|scope| {
-        for _ in 1..threads {
-            let _ = std::thread::Builder::new()
-                .name("flamegraph".into())
-                .spawn_scoped(scope, work);
-        }
-        work();
-    });
-    let results = results
-        .into_inner()
-        .map_err(|_| anyhow::anyhow!("a flame graph thread panicked"))?;
-    let mut written = Drawn::default();
-    for done in results.into_values() {
-        let (paths, embedded) = done?;
-        written.paths.extend(paths);
-        written.embedded.extend(embedded);
-    }
-    Ok(written)
-}
-
-fn write_graph(
-    dir: &Path,
-    stem: &str,
-    graph: Graph<'_>,
-    embed: bool,
-) -> anyhow::Result<(Vec<PathBuf>, Option<Flamegraph>)> {
-    let Graph { name, title, fold } = graph;
-    let (lines, unit) = fold();
-    if lines.is_empty() {
-        return Ok((Vec::new(), None));
-    }
-    let folded_path = dir.join(format!("{stem}.{name}.folded"));
-    let writing = |path: &Path| format!("cannot write {}", path.display());
-    let mut w = BufWriter::new(owner::create_private(&folded_path)?);
-    folded::write_folded(&lines, &mut w)
-        .and_then(|()| w.flush())
-        .with_context(|| writing(&folded_path))?;
-    let svg_path = dir.join(format!("{stem}.{name}.svg"));
-    let mut w = BufWriter::new(owner::create_private(&svg_path)?);
-    folded::flamegraph_svg(&lines, &title, unit, &mut w)
-        .map_err(anyhow::Error::from)
-        .and_then(|()| w.flush().map_err(anyhow::Error::from))
-        .with_context(|| writing(&svg_path))?;
-    let embedded = if embed {
-        let mut svg = Vec::new();
-        folded::embedded_svg(&lines, &title, unit, &mut svg)
-            .with_context(|| format!("drawing the {name} flame graph for the HTML report"))?;
-        Some(Flamegraph {
-            name,
-            svg: String::from_utf8_lossy(&svg).into_owned(),
-        })
-    } else {
-        None
-    };
-    Ok((vec![folded_path, svg_path], embedded))
 }

@@ -120,21 +120,18 @@ impl Default for Rates {
 /// What a report is written as, and where its files go.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Outputs {
-    /// Every format asked for, stdout's and the files'.
+    /// Every format asked for, stdout's and the files' (flame graphs unless refused).
     pub formats: Vec<Format>,
     /// Where flame graphs, folded stacks and the timeline files go (None: beside the
     /// recording).
     pub dir: Option<PathBuf>,
-    /// Draw flame graphs and keep folded stacks.
-    pub flamegraphs: bool,
 }
 
 impl Default for Outputs {
     fn default() -> Self {
         Self {
-            formats: vec![Format::Text],
+            formats: vec![Format::Text, Format::Flamegraph],
             dir: None,
-            flamegraphs: true,
         }
     }
 }
@@ -153,7 +150,8 @@ impl Outputs {
         self.formats.contains(&f)
     }
 
-    /// The formats written to files, each once.
+    /// The formats written as one file each (the HTML page, the Perfetto trace), each once:
+    /// one per report, where the flame graphs are several files per recording.
     pub fn file_formats(&self) -> Vec<Format> {
         let mut files: Vec<Format> = self
             .formats
@@ -259,7 +257,7 @@ impl RecordingPlan {
             (!s.gpu, "--no-gpu"),
             (!s.cuda_probes, "--no-cuda-probes"),
             (!s.python, "--no-python"),
-            (!self.outputs.flamegraphs, "--no-flamegraphs"),
+            (!self.outputs.wants(Format::Flamegraph), "--no-flamegraphs"),
         ];
         line.extend(
             switches
@@ -309,9 +307,11 @@ impl AgentPlan {
                 ..Signals::default()
             },
             outputs: Outputs {
-                formats: vec![Format::Json],
+                formats: [Some(Format::Json), graphs.then_some(Format::Flamegraph)]
+                    .into_iter()
+                    .flatten()
+                    .collect(),
                 dir: graphs.then(|| dir.to_path_buf()),
-                flamegraphs: graphs,
             },
             ..RecordingPlan::new(Targets::Running(Running {
                 pids,

@@ -58,7 +58,7 @@ fn summary(d: &DiffReport) -> String {
 
 pub fn write_diff(d: &DiffReport, format: Format, w: &mut dyn Write) -> io::Result<()> {
     match format {
-        f @ (Format::Html | Format::Perfetto) => Err(not_a_gate_format(f)),
+        f @ (Format::Html | Format::Perfetto | Format::Flamegraph) => Err(not_a_gate_format(f)),
         Format::Json => {
             serde_json::to_writer_pretty(&mut *w, d)?;
             writeln!(w)
@@ -294,7 +294,7 @@ pub fn write_check(c: &CheckReport, format: Format, w: &mut dyn Write) -> io::Re
     };
     let gpu = |g: Option<u32>| g.map_or("-".to_owned(), |g| g.to_string());
     match format {
-        f @ (Format::Html | Format::Perfetto) => Err(not_a_gate_format(f)),
+        f @ (Format::Html | Format::Perfetto | Format::Flamegraph) => Err(not_a_gate_format(f)),
         Format::Json => {
             serde_json::to_writer_pretty(&mut *w, c)?;
             writeln!(w)

@@ -1,7 +1,9 @@
 //! Every output stallscope writes, by name: one [`Format`] drives `--format` wherever it
 //! appears (`report`, `record`, `diff`, `check`, `doctor`), each command accepting its own
 //! subset of it. A report's formats all render through [`Render`] from the same [`Inputs`].
-use super::model::Render;
+use std::io;
+
+use super::model::{Files, Flamegraph, Inputs, Render};
 
 /// An output format.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -14,6 +16,8 @@ pub enum Format {
     Html,
     /// The timeline as a Perfetto trace, for ui.perfetto.dev.
     Perfetto,
+    /// The on- and off-CPU flame graphs and each cause's, as SVG and folded stacks.
+    Flamegraph,
 }
 
 /// Where a format's output goes.
@@ -24,18 +28,21 @@ pub enum Destination {
     File {
         extension: &'static str,
     },
+    /// Several files in the same place, each `<stem>.<name>` as the format names it.
+    Files,
 }
 
 impl Format {
-    pub const ALL: [Format; 5] = [
+    pub const ALL: [Format; 6] = [
         Format::Text,
         Format::Json,
         Format::Markdown,
         Format::Html,
         Format::Perfetto,
+        Format::Flamegraph,
     ];
     /// What `report` and `record` write.
-    pub const REPORT: [Format; 5] = Format::ALL;
+    pub const REPORT: [Format; 6] = Format::ALL;
     /// What `diff` and `check` write.
     pub const GATE: [Format; 3] = [Format::Text, Format::Markdown, Format::Json];
     /// What `doctor` writes.
@@ -48,6 +55,7 @@ impl Format {
             Format::Markdown => "markdown",
             Format::Html => "html",
             Format::Perfetto => "perfetto",
+            Format::Flamegraph => "flamegraph",
         }
     }
 
@@ -58,6 +66,7 @@ impl Format {
             Format::Perfetto => Destination::File {
                 extension: "pftrace",
             },
+            Format::Flamegraph => Destination::Files,
         }
     }
 
@@ -77,7 +86,30 @@ impl Format {
             Format::Perfetto => Some(&super::perfetto::Perfetto),
             #[cfg(not(feature = "perfetto"))]
             Format::Perfetto => None,
+            Format::Flamegraph => Some(&super::flamegraph::render::Flamegraphs),
         }
+    }
+
+    /// Writes this format's files through `files` (none for a stdout format), and returns what
+    /// it drew for an HTML page.
+    pub fn write_files(
+        self,
+        input: &Inputs<'_, '_>,
+        files: &dyn Files,
+    ) -> io::Result<Vec<Flamegraph>> {
+        let extension = match self.destination() {
+            Destination::Stdout => return Ok(Vec::new()),
+            Destination::File { extension } => extension,
+            // The format names each of its files.
+            Destination::Files => "",
+        };
+        let renderer = self.renderer().ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!("this stallscope was built without the {self} format"),
+            )
+        })?;
+        renderer.render_files(input, files, extension)
     }
 
     /// The names of `formats`, for a command's `--help` and its value parser.
@@ -119,17 +151,23 @@ mod tests {
             assert!(f.renderer().is_some(), "{f} renders");
         }
         let e = "yaml".parse::<Format>().unwrap_err();
-        assert!(e.contains("text, json, markdown, html, perfetto"), "{e}");
+        assert!(
+            e.contains("text, json, markdown, html, perfetto, flamegraph"),
+            "{e}"
+        );
     }
 
     #[test]
-    fn the_timeline_formats_are_files_and_the_others_stdout() {
+    fn the_timeline_formats_are_files_and_the_report_formats_stdout() {
         for f in Format::ALL {
-            assert_eq!(
-                f.draws_timeline(),
-                matches!(f.destination(), Destination::File { .. }),
-                "{f}"
-            );
+            if f.draws_timeline() {
+                assert!(matches!(f.destination(), Destination::File { .. }), "{f}");
+            }
         }
+        for f in Format::GATE {
+            assert_eq!(f.destination(), Destination::Stdout, "{f}");
+        }
+        assert_eq!(Format::Flamegraph.destination(), Destination::Files);
+        assert!(!Format::Flamegraph.draws_timeline());
     }
 }

@@ -1,5 +1,5 @@
 //! The report model: one recording's [`Report`], a job's [`JobReport`], and the [`Render`]
-//! trait every format implements.
+//! trait every format implements, with the [`Files`] a format of several files writes into.
 use std::io::{self, Write};
 
 use crate::analysis::model::Analysis;
@@ -7,6 +7,8 @@ use crate::attribution::{Attribution, ranks::RankView};
 use crate::cuda::CudaSummary;
 use crate::recording::reader::LoadInfo;
 use crate::timeline::RecordingLanes;
+
+use super::cause_stacks::CauseStacks;
 
 /// A flame graph to embed in a page: its name (`oncpu`, `cause-disk`, ...) and SVG.
 #[derive(Clone, Debug)]
@@ -85,13 +87,18 @@ impl Subject<'_, '_> {
     }
 }
 
-/// Everything a format renders from: the report, and for the timeline formats each
-/// recording's lanes and the flame graphs to embed (empty when not kept).
+/// Everything a format renders from: the report; for the timeline formats each recording's
+/// lanes and the flame graphs to embed; for the flame graphs, each cause's stacks (all empty
+/// when not kept).
 #[derive(Clone, Copy)]
 pub struct Inputs<'r, 'a> {
     pub subject: Subject<'r, 'a>,
     pub lanes: &'r [RecordingLanes<'r>],
     pub graphs: &'r [Flamegraph],
+    /// One recording's stacks of each cause (see [`crate::pipeline::Keep::cause_stacks`]).
+    pub cause_stacks: &'r [CauseStacks],
+    /// Whether an HTML page will embed what a drawing format draws (it is asked for too).
+    pub for_page: bool,
 }
 
 impl<'r, 'a> Inputs<'r, 'a> {
@@ -101,13 +108,39 @@ impl<'r, 'a> Inputs<'r, 'a> {
             subject,
             lanes: &[],
             graphs: &[],
+            cause_stacks: &[],
+            for_page: false,
         }
     }
 }
 
+/// Where a format of several files ([`super::Destination::Files`]) puts them: the caller makes
+/// each file (its directory, its owner), so no format touches the OS.
+pub trait Files: Sync {
+    /// A new file named `name` after the recording's stem (`oncpu.svg` for `run.oncpu.svg`).
+    /// Its errors name the file.
+    fn create(&self, name: &str) -> io::Result<Box<dyn Write + Send + '_>>;
+}
+
 /// One output format (see [`super::Format`], which picks one by name).
 pub trait Render: Sync {
+    /// The format as one stream: stdout, or its one file.
     fn render(&self, input: &Inputs<'_, '_>, w: &mut dyn Write) -> io::Result<()>;
+
+    /// The format as files made by `files`: by default its one stream, named `extension`. A
+    /// format of several files names each itself, and returns what it drew for an HTML page
+    /// when [`Inputs::for_page`] asks.
+    fn render_files(
+        &self,
+        input: &Inputs<'_, '_>,
+        files: &dyn Files,
+        extension: &str,
+    ) -> io::Result<Vec<Flamegraph>> {
+        let mut w = files.create(extension)?;
+        self.render(input, &mut w)?;
+        w.flush()?;
+        Ok(Vec::new())
+    }
 }
 
 /// What a combined report can and cannot compare across hosts, with the wall-clock spread of

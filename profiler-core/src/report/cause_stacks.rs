@@ -1,0 +1,89 @@
+//! What a cause's flame graph needs of the timed samples, summed per thread and stack while
+//! they are still held: the pipeline frees them right after the attribution, and the flame
+//! graphs are drawn later from these totals.
+use crate::analysis::timed_events::TimedEvents;
+use crate::attribution::{Attribution, Cause, Stacks, evidence::relevant};
+
+/// One cause's samples summed per thread and stack, before any text is built: all a cause's
+/// flame graph needs of the timed samples, so those can be freed before rendering.
+#[derive(Clone, Debug)]
+pub struct CauseStacks {
+    cause: Cause,
+    /// (tid, stack, samples or IO-wait ns), relevant threads only.
+    totals: Vec<(u32, u32, u64)>,
+}
+
+impl CauseStacks {
+    pub fn cause(&self) -> Cause {
+        self.cause
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.totals.is_empty()
+    }
+
+    /// (tid, stack, samples or IO-wait ns) of the threads the cause is about.
+    pub fn totals(&self) -> &[(u32, u32, u64)] {
+        &self.totals
+    }
+}
+
+/// `timed` is the recording's (see [`Folded`](crate::analysis::fold::Folded)), `attribution` its attribution.
+pub fn cause_stacks(
+    timed: &TimedEvents,
+    attribution: Option<&Attribution>,
+    cause: Cause,
+) -> CauseStacks {
+    let mut out = CauseStacks {
+        cause,
+        totals: Vec::new(),
+    };
+    let Some(attr) = attribution else {
+        return out;
+    };
+    let mut windows: Vec<(u64, u64)> = attr
+        .gpus
+        .iter()
+        .flat_map(|g| g.windows.iter())
+        .filter(|w| w.3 == cause && w.2 > 0)
+        .map(|w| (w.0, w.1))
+        .collect();
+    windows.sort_unstable();
+    // Windows of several GPUs overlap: merge them so that each sample counts once.
+    let mut merged: Vec<(u64, u64)> = Vec::with_capacity(windows.len());
+    for (start, end) in windows {
+        match merged.last_mut() {
+            Some(last) if start <= last.1 => last.1 = last.1.max(end),
+            _ => merged.push((start, end)),
+        }
+    }
+    // Millions of samples, thousands of distinct (thread, stack) pairs: sum into dense
+    // per-thread arrays, and ask about each thread's role once.
+    let mut by_thread: crate::fxhash::FxHashMap<u32, crate::analysis::stack_samples::StackTotals> =
+        Default::default();
+    let mut budget = crate::analysis::stack_samples::DENSE_CELL_BUDGET;
+    let mut add = |tid: u32, stack: u32, value: u64| {
+        by_thread
+            .entry(tid)
+            .or_default()
+            .add(stack, value, &mut budget);
+    };
+    for (start, end) in merged {
+        if cause.spec().stacks == Stacks::IoWait {
+            for s in timed.io_wait_in(start, end) {
+                add(s.tid, s.stack, s.duration_ns);
+            }
+        } else {
+            for s in timed.cpu_in(start, end) {
+                add(s.tid, s.stack, 1);
+            }
+        }
+    }
+    for (tid, totals) in by_thread {
+        if relevant(&attr.roles, cause, tid) {
+            out.totals
+                .extend(totals.into_totals().map(|(stack, v)| (tid, stack, v)));
+        }
+    }
+    out
+}
