@@ -479,7 +479,11 @@ impl Analyzer {
             timeline: self.timeline.finish(start_ns, end_ns),
             gpus,
             cpus: self.cpus,
-            host_cpu: self.host_cpu,
+            host_cpu: {
+                let mut readings = self.host_cpu;
+                readings.sort_by_key(|r| r.ts_ns);
+                readings
+            },
             unwinding: self.unwinding,
             python: self.python,
             cuda_processes: self.cuda_processes,

@@ -71,9 +71,11 @@ impl Analysis {
     /// The CPUs the whole host kept busy on average over `[start, end]`, from the readings
     /// closest inside it; `None` without two readings there.
     pub fn host_busy_cpus(&self, start: u64, end: u64) -> Option<f64> {
-        let inside = |r: &&HostCpuReading| (start..=end).contains(&r.ts_ns);
-        let first = self.host_cpu.iter().find(inside)?;
-        let last = self.host_cpu.iter().rev().find(inside)?;
+        // Looked up once a step by the advice: a search, not a scan.
+        let lo = self.host_cpu.partition_point(|r| r.ts_ns < start);
+        let hi = self.host_cpu.partition_point(|r| r.ts_ns <= end);
+        let inside = self.host_cpu.get(lo..hi)?;
+        let (first, last) = (inside.first()?, inside.last()?);
         let wall = last.ts_ns.checked_sub(first.ts_ns).filter(|w| *w > 0)?;
         Some(last.busy_ns.saturating_sub(first.busy_ns) as f64 / wall as f64)
     }

@@ -221,9 +221,65 @@ fn hottest(g: &GpuAttribution, cause: Cause) -> Vec<(String, f64)> {
         .collect()
 }
 
+/// The loader where its CPU holds the GPU up, as mean ms per step: the workers' CPU per
+/// batch, the step, and the step without the wait the workers' CPU time makes. Each step
+/// weighs by that wait (its input wait times the workers' share on a CPU around it), so a
+/// job that decodes for a while and reads or runs fed for a while after is sized by its
+/// decoding steps, not by the whole run's mean. `None` when no step has the workers' states.
+fn cpu_bound_loader(a: &Analysis, g: &GpuAttribution) -> Option<LoaderPace> {
+    let (mut weight, mut cpu, mut now, mut fixed) = (0.0, 0.0, 0.0, 0.0);
+    let (mut others_weight, mut others) = (0.0, 0.0);
+    let ends = &g.step_ends_ns;
+    for (i, p) in g.step_parts.iter().enumerate() {
+        let busy: f64 = p.workers.iter().sum();
+        if busy <= 0.0 {
+            continue;
+        }
+        let total = p.split.total();
+        let wait = p.split.input_wait.min(p.workers[0] / busy * total);
+        weight += wait;
+        cpu += wait * p.workers[0];
+        now += wait * total;
+        fixed += wait * (total - wait);
+        // The host's other load over the same steps the workers' states were read around.
+        let lo = i.saturating_sub(super::steps::NEIGHBOURS);
+        let hi = (i + super::steps::NEIGHBOURS + 1).min(g.step_parts.len());
+        if let (Some(&from), Some(&to)) = (ends.get(lo), ends.get(hi))
+            && let Some(host) = a.host_busy_cpus(from, to)
+        {
+            let step_ns = (to - from) as f64 / (hi - lo) as f64;
+            others += wait * (host - p.workers[0] / step_ns.max(1.0)).max(0.0);
+            others_weight += wait;
+        }
+    }
+    (weight > 0.0).then(|| LoaderPace {
+        cpu_ms: cpu / weight / 1e6,
+        step_ms: now / weight / 1e6,
+        fixed_ms: fixed / weight / 1e6,
+        host_others: (others_weight > 0.0).then(|| others / others_weight),
+    })
+}
+
+/// See [`cpu_bound_loader`].
+struct LoaderPace {
+    cpu_ms: f64,
+    step_ms: f64,
+    fixed_ms: f64,
+    /// The CPUs the host kept busy besides the workers over those steps, where the
+    /// recording read the host's CPU time.
+    host_others: Option<f64>,
+}
+
 fn loader(job: &Job<'_>, w: &WhatIf) -> Advised {
     let workers = &job.host.workers;
-    let cpu_per_batch = job.per_step_ms(workers.on_cpu);
+    // Sized where the loader's CPU holds the GPU up; the whole run's means otherwise.
+    let pace = cpu_bound_loader(job.a, job.g).unwrap_or(LoaderPace {
+        cpu_ms: job.per_step_ms(workers.on_cpu),
+        step_ms: w.step_ms_now,
+        fixed_ms: w.step_ms_if_fixed,
+        host_others: None,
+    });
+    let cpu_per_batch = pace.cpu_ms;
     let now: std::collections::BTreeSet<u32> = job
         .roles
         .workers
@@ -233,19 +289,22 @@ fn loader(job: &Job<'_>, w: &WhatIf) -> Advised {
     let traced_others = job.cpus_used(job.host.feeder.on_cpu + job.host.other.on_cpu);
     // What the workers cannot have: everything the host keeps busy but them, where the
     // recording read the host's CPU time; else the traced tree's other threads alone.
-    let (others, whose) = match job.a.host_busy_cpus(job.span.0, job.span.1) {
-        Some(busy) => (
+    let whole_run = job.a.host_busy_cpus(job.span.0, job.span.1);
+    let (others, whose) = match (pace.host_others, whole_run) {
+        // Over the steps the loader holds up: what else runs beside it then.
+        (Some(others), _) => (others, "everything else on the host"),
+        (None, Some(busy)) => (
             (busy - job.cpus_used(workers.on_cpu)).max(traced_others),
             "everything else on the host",
         ),
-        None => (
+        (None, None) => (
             traced_others,
             "the job's other threads (the host's own load was not recorded)",
         ),
     };
     let cpus = f64::from(job.a.cpus.max(1));
     let free = (cpus - others).max(0.0);
-    let target = w.step_ms_if_fixed.max(1e-3);
+    let target = pace.fixed_ms.max(1e-3);
     let mut evidence = vec![
         format!(
             "each batch costs {} of worker CPU ({} worker process(es) now); the step without \
@@ -273,7 +332,25 @@ fn loader(job: &Job<'_>, w: &WhatIf) -> Advised {
         .map(|(f, _)| format!("; start with {f}"))
         .unwrap_or_default();
     let now_workers = now.len() as u32;
-    let sizing = size_loader(cpu_per_batch, target, w.step_ms_now, free, now_workers);
+    let sizing = match size_loader(cpu_per_batch, target, pace.step_ms, free, now_workers) {
+        // The free CPUs give the steps the loader holds up part of what fixing it would:
+        // the job gains that part of the whole fix's gain.
+        Sizing::Bounded {
+            workers,
+            speedup,
+            budget_ms,
+        } => {
+            let part = ((pace.step_ms - pace.step_ms / speedup)
+                / (pace.step_ms - target).max(1e-9))
+            .clamp(0.0, 1.0);
+            Sizing::Bounded {
+                workers,
+                speedup: 1.0 / (1.0 - part * (1.0 - 1.0 / w.speedup)),
+                budget_ms,
+            }
+        }
+        s => s,
+    };
     let change = match sizing {
         Sizing::Feeds { workers } if workers > now_workers => format!(
             "set DataLoader(num_workers={workers}) (now {now_workers}): each batch takes {} of \
@@ -346,11 +423,14 @@ fn size_loader(cpu_ms: f64, target_ms: f64, step_ms: f64, free: f64, now: u32) -
         };
     }
     let budget_ms = target_ms * fits;
-    // As many workers as CPUs are free make a batch every `cpu_ms / free` at best.
+    // As many workers as CPUs are free make a batch every `cpu_ms / free` at best; a CPU
+    // free only in part still takes a worker (1.4 free CPUs run two workers 1.4 times as
+    // fast as one).
     let speedup = step_ms / target_ms.max(cpu_ms / free.max(1e-3));
-    if speedup >= MIN_GAIN && fits > f64::from(now) {
+    let share = free.ceil().max(1.0);
+    if speedup >= MIN_GAIN && share > f64::from(now) {
         Sizing::Bounded {
-            workers: fits as u32,
+            workers: share as u32,
             speedup,
             budget_ms,
         }
@@ -591,6 +671,74 @@ fn straggler(w: &WhatIf) -> Advised {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::analysis::model::HostCpuReading;
+    use crate::attribution::steps::{StepParts, StepSplit};
+
+    /// A job that decodes for 10 steps (400 ms each, 300 of them waiting for a batch, the
+    /// worker on a CPU throughout), then runs fed for 10 (100 ms, the worker idling): the
+    /// loader is sized by its decoding steps, and the host's other load by those steps too.
+    #[test]
+    fn a_phased_loader_is_sized_by_the_steps_it_holds_up() {
+        const MS: f64 = 1e6;
+        let phase = |i: usize| {
+            if i < 10 {
+                (300.0, 400.0, 400.0)
+            } else {
+                (0.0, 100.0, 5.0)
+            }
+        };
+        let mut g = GpuAttribution::default();
+        let mut t = 0u64;
+        g.step_ends_ns.push(t);
+        for i in 0..20 {
+            let (wait, len, _) = phase(i);
+            // The worker's states as the steps give them: around each step, per step.
+            let (lo, hi) = (i.saturating_sub(4), (i + 5).min(20));
+            let cpu = (lo..hi).map(|j| phase(j).2).sum::<f64>() / (hi - lo) as f64;
+            g.step_parts.push(StepParts {
+                split: StepSplit {
+                    input_wait: wait * MS,
+                    host: 2.0 * MS,
+                    gpu: (len - wait - 2.0) * MS,
+                    ..StepSplit::default()
+                },
+                workers: [cpu * MS, 0.0, 0.0],
+                ..StepParts::default()
+            });
+            t += (len * MS) as u64;
+            g.step_ends_ns.push(t);
+        }
+        let mut a = Analysis::default();
+        let p = cpu_bound_loader(&a, &g).unwrap();
+        // The whole run's mean would be 202 ms a batch, 250 ms a step; the steps next to the
+        // change see a mix of both phases around them (here 4 of the 10).
+        assert!((p.cpu_ms - 400.0).abs() < 60.0, "{}", p.cpu_ms);
+        assert!((p.step_ms - 400.0).abs() < 1e-9);
+        assert!((p.fixed_ms - 100.0).abs() < 1e-9);
+        assert_eq!(p.host_others, None);
+        // Besides the worker, the host kept half a CPU busy throughout: 1.5 CPUs while the
+        // worker decoded, 0.55 after.
+        let decoding = 4_000_000_000u64;
+        a.host_cpu = (0..=t / 50_000_000)
+            .map(|k| {
+                let ts = k * 50_000_000;
+                let busy =
+                    ts.min(decoding) as f64 * 1.5 + ts.saturating_sub(decoding) as f64 * 0.55;
+                HostCpuReading {
+                    ts_ns: ts,
+                    busy_ns: busy as u64,
+                    total_ns: 2 * ts,
+                }
+            })
+            .collect();
+        let others = cpu_bound_loader(&a, &g).unwrap().host_others.unwrap();
+        assert!((others - 0.5).abs() < 0.05, "{others}");
+        // Without the workers' states per step there is nothing to weigh.
+        for p in &mut g.step_parts {
+            p.workers = [0.0; 3];
+        }
+        assert!(cpu_bound_loader(&a, &g).is_none());
+    }
 
     #[test]
     fn enough_free_cpus_give_the_workers_that_feed_the_gpu() {
@@ -616,6 +764,25 @@ mod tests {
         assert_eq!(workers, 2);
         assert!((speedup - 1.8).abs() < 1e-9, "{s:?}");
         assert!((budget_ms - 200.0).abs() < 1e-9, "{s:?}");
+    }
+
+    #[test]
+    fn a_cpu_free_in_part_still_takes_a_worker() {
+        // 1.4 free beside the one worker: two workers make a batch every 286 ms, not 400.
+        let s = size_loader(400.0, 100.0, 400.0, 1.4, 1);
+        let Sizing::Bounded {
+            workers, speedup, ..
+        } = s
+        else {
+            panic!("{s:?}")
+        };
+        assert_eq!(workers, 2);
+        assert!((speedup - 1.4).abs() < 1e-9, "{s:?}");
+        // 1.02 free: the second worker would gain 2%, below the least gain advised.
+        assert!(matches!(
+            size_loader(400.0, 100.0, 400.0, 1.02, 1),
+            Sizing::Saturated { .. }
+        ));
     }
 
     #[test]

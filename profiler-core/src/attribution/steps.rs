@@ -148,6 +148,11 @@ pub struct StepParts {
     pub copy_bytes: f64,
     /// Inside copy calls: for a pageable copy, the CPU's copy into the driver's staging.
     pub staged_ns: f64,
+    /// What the DataLoader's workers did around the step, ns per step: on a CPU, waiting
+    /// for one, on IO (summed over the workers, over the step and its [`NEIGHBOURS`] on
+    /// either side: a batch is made while earlier steps run, and ticks are coarser than a
+    /// short step). Zero without workers.
+    pub workers: [f64; 3],
 }
 
 /// The steps found, with each marker's end (CLOCK_MONOTONIC ns) for the timeline.
@@ -316,6 +321,27 @@ pub struct Lookups<'x> {
     pub link_gbps: f64,
 }
 
+/// The workers' states per step around each of the steps between consecutive `ends`: on a
+/// CPU, waiting for one, on IO (see [`StepParts::workers`]).
+fn workers_around(ends: &[u64], roles: &Roles, l: &Lookups<'_>) -> Vec<[f64; 3]> {
+    let steps = ends.len().saturating_sub(1);
+    if roles.workers.is_empty() {
+        return vec![[0.0; 3]; steps];
+    }
+    (0..steps)
+        .map(|i| {
+            let lo = i.saturating_sub(NEIGHBOURS);
+            let hi = (i + NEIGHBOURS + 1).min(steps);
+            let w = l
+                .index
+                .window(l.timeline, roles, ends[lo], ends[hi])
+                .workers;
+            let n = (hi - lo) as f64;
+            [w.on_cpu / n, w.runqueue / n, w.io_wait / n]
+        })
+        .collect()
+}
+
 /// The parts of each step between consecutive `ends` of thread `tid`.
 fn step_parts(ends: &[u64], tid: u32, l: &Lookups<'_>) -> Vec<StepParts> {
     let feeder = Roles {
@@ -358,6 +384,7 @@ fn step_parts(ends: &[u64], tid: u32, l: &Lookups<'_>) -> Vec<StepParts> {
                 cuda.copy_bytes
             },
             staged_ns: cuda.call_copy_ns,
+            workers: [0.0; 3],
         });
     }
     parts
@@ -396,7 +423,13 @@ pub fn find(calls: &[CudaCall], roles: &Roles, lookups: &Lookups<'_>, span: (u64
     }
     let pct = |q| p.percentile(q).map_or(0.0, |ns| ms(ns as f64));
     let n = (g.ends.len() - 1) as f64;
-    let parts = step_parts(&g.ends, g.tid, lookups);
+    let mut parts = step_parts(&g.ends, g.tid, lookups);
+    for (p, w) in parts
+        .iter_mut()
+        .zip(workers_around(&g.ends, roles, lookups))
+    {
+        p.workers = w;
+    }
     let sum = parts.iter().fold(StepSplit::default(), |s, p| StepSplit {
         input_wait: s.input_wait + p.split.input_wait,
         copy: s.copy + p.split.copy,

@@ -197,6 +197,37 @@ fn loader_share(cause: Cause, lost: &BTreeMap<Cause, u64>, workers: Option<[f64;
         .map_or(0.0, |ns| *ns as f64 / all.max(1) as f64)
 }
 
+/// The workers' states around step `p`, else over all the steps (a recording whose ticks
+/// missed the workers there).
+fn workers_of(p: &StepParts, pace: &Pace) -> Option<[f64; 3]> {
+    Some(p.workers)
+        .filter(|w| w.iter().sum::<f64>() > 0.0)
+        .or(pace.workers)
+}
+
+/// Each step's parts with `cause` fixed, or `None` for a cause without a model. An input
+/// cause's share of the loader's time is each step's own (the workers' states around it), so
+/// a job whose loader decodes for a while and reads for a while after gives each phase its
+/// cause.
+pub fn fixed_steps(
+    cause: Cause,
+    parts: &[StepParts],
+    pace: &Pace,
+    lost: &BTreeMap<Cause, u64>,
+) -> Option<Vec<StepSplit>> {
+    parts
+        .iter()
+        .map(|p| {
+            fixed(
+                cause,
+                p,
+                pace,
+                loader_share(cause, lost, workers_of(p, pace)),
+            )
+        })
+        .collect()
+}
+
 /// A small deterministic generator: the same steps give the same interval.
 struct SplitMix(u64);
 
@@ -231,10 +262,7 @@ pub fn estimate(
         if (ns as f64) < MIN_SHARE * observed_ns as f64 {
             continue;
         }
-        let share = loader_share(cause, lost, pace.workers);
-        let Some(fixed_steps): Option<Vec<StepSplit>> =
-            parts.iter().map(|p| fixed(cause, p, pace, share)).collect()
-        else {
+        let Some(fixed_steps) = fixed_steps(cause, parts, pace, lost) else {
             continue;
         };
         let now: Vec<f64> = parts.iter().map(|p| p.split.total()).collect();
@@ -299,6 +327,7 @@ mod tests {
             },
             copy_bytes: 64.0 * 1024.0 * 1024.0,
             staged_ns: 0.0,
+            workers: [0.0; 3],
         }
     }
 
@@ -439,6 +468,46 @@ mod tests {
         );
         assert_eq!(of(Cause::DataloaderCpu).limited_next_by, "disk");
         assert_eq!(w[0].cause, Cause::Disk, "the larger gain first");
+    }
+
+    /// A job whose loader decodes for a while, then reads for a while (the demo's phases):
+    /// each step's wait goes to the cause its workers were in around it, where the whole
+    /// run's mix would split every step's wait between both.
+    #[test]
+    fn each_phase_of_the_loader_gives_its_wait_to_its_own_cause() {
+        let mut parts = Vec::new();
+        for i in 0..20 {
+            // 400 ms steps, 300 ms of them waiting for a batch; 100 ms of the rest.
+            let mut p = step(300.0, 1.0, 2.0, 97.0);
+            p.workers = if i < 10 {
+                [400.0 * MS, 0.0, 0.0]
+            } else {
+                [0.0, 0.0, 400.0 * MS]
+            };
+            parts.push(p);
+        }
+        let l = lost(&[(Cause::Disk, 300), (Cause::DataloaderCpu, 300)]);
+        // Over the whole run the workers were half on a CPU, half on IO.
+        let p = Pace {
+            workers: Some([4000.0 * MS, 0.0, 4000.0 * MS]),
+            ..pace(97.0)
+        };
+        let w = estimate(&parts, &p, &l, 1000);
+        let of = |c| w.iter().find(|w| w.cause == c).unwrap();
+        // Fixing either cause gives back its phase's whole wait: 10 steps of 400 ms become
+        // 100 ms, the other 10 stay (250 ms on average).
+        for c in [Cause::Disk, Cause::DataloaderCpu] {
+            assert!((of(c).step_ms_if_fixed - 250.0).abs() < 1e-6, "{w:?}");
+        }
+        // A step whose ticks missed the workers takes the whole run's mix: half its wait
+        // (200 ms), so (200 + 9 × 100 + 10 × 400) / 20.
+        parts[0].workers = [0.0; 3];
+        let w = estimate(&parts, &p, &l, 1000);
+        assert!((of_cause(&w, Cause::DataloaderCpu).step_ms_if_fixed - 255.0).abs() < 1e-6);
+    }
+
+    fn of_cause(w: &[WhatIf], c: Cause) -> &WhatIf {
+        w.iter().find(|w| w.cause == c).unwrap()
     }
 
     /// Workers waiting for a CPU a third of their busy time: without the contention they
