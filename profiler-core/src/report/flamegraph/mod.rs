@@ -7,8 +7,12 @@ use std::io::{self, Write};
 
 use inferno::flamegraph;
 
+pub mod graph;
 mod prune;
 pub mod render;
+
+use graph::Builder;
+pub use graph::FoldedGraph;
 
 use super::cause_stacks::{CauseStacks, cause_stacks};
 use crate::analysis::fold::Folded;
@@ -17,32 +21,37 @@ use crate::attribution::{Attribution, Cause, Stacks};
 
 /// On-CPU stacks; the count is samples. Sorted, one entry per distinct stack.
 pub fn on_cpu_folded(a: &Analysis) -> Vec<String> {
-    let mut paths = Paths::new(a);
-    let folded = a
-        .cpu_samples
-        .iter()
-        .map(|s| (paths.path(s.tid, s.pid, None, s.stack), s.samples))
-        .collect();
-    into_lines(folded)
+    on_cpu_graph(a).lines()
+}
+
+/// [`on_cpu_folded`]'s lines, not yet text.
+pub fn on_cpu_graph(a: &Analysis) -> FoldedGraph {
+    let mut b = Builder::new(a);
+    for s in &a.cpu_samples {
+        b.add(s.tid, s.pid, None, s.stack, s.samples);
+    }
+    b.finish(|n| n)
 }
 
 /// Off-CPU stacks; the count is microseconds (rounded) of scaled off-CPU time. Sorted, one entry
 /// per distinct stack; stacks under half a microsecond are left out.
 pub fn off_cpu_folded(a: &Analysis) -> Vec<String> {
-    let mut paths = Paths::new(a);
-    let folded = a
-        .off_cpu
-        .iter()
-        .map(|s| {
-            let state = if s.io { "[io]" } else { "[blocked]" };
-            (paths.path(s.tid, s.pid, Some(state), s.stack), s.scaled_ns)
-        })
-        .collect();
-    let mut lines = merge_paths(folded);
-    for (_, ns) in &mut lines {
-        *ns = ns.saturating_add(500) / 1000;
+    off_cpu_graph(a).lines()
+}
+
+/// [`off_cpu_folded`]'s lines, not yet text.
+pub fn off_cpu_graph(a: &Analysis) -> FoldedGraph {
+    let mut b = Builder::new(a);
+    for s in &a.off_cpu {
+        let state = if s.io { "[io]" } else { "[blocked]" };
+        b.add(s.tid, s.pid, Some(state), s.stack, s.scaled_ns);
     }
-    with_counts(lines)
+    b.finish(micros)
+}
+
+/// Nanoseconds summed over a line, as the microseconds its count gives.
+fn micros(ns: u64) -> u64 {
+    ns.saturating_add(500) / 1000
 }
 
 /// Writes folded lines, one per line.
@@ -202,99 +211,6 @@ pub fn off_cpu_svg<W: Write>(a: &Analysis, w: W) -> io::Result<()> {
     flamegraph_svg(&off_cpu_folded(a), "Off-CPU", "us", w)
 }
 
-/// Sorted folded lines from (path, count) pairs: equal paths add up, zero counts go.
-fn into_lines(folded: Vec<(String, u64)>) -> Vec<String> {
-    with_counts(merge_paths(folded))
-}
-
-/// Sorts by path and adds up the counts of equal paths: two stack ids can symbolize to the
-/// same frames.
-fn merge_paths(mut folded: Vec<(String, u64)>) -> Vec<(String, u64)> {
-    folded.sort_unstable_by(|x, y| x.0.cmp(&y.0));
-    folded.dedup_by(|later, kept| {
-        if later.0 != kept.0 {
-            return false;
-        }
-        kept.1 = kept.1.saturating_add(later.1);
-        true
-    });
-    folded
-}
-
-/// Appends each count to its path, in place, and drops zero counts.
-fn with_counts(folded: Vec<(String, u64)>) -> Vec<String> {
-    folded
-        .into_iter()
-        .filter(|(_, count)| *count > 0)
-        .map(|(mut path, count)| {
-            use std::fmt::Write as _;
-            let _ = write!(path, " {count}");
-            path
-        })
-        .collect()
-}
-
-/// Builds `process;thread[;state];frames` paths, joining each stack's frames only once:
-/// a long recording has few distinct stacks but many (thread, stack) pairs.
-struct Paths<'a> {
-    a: &'a Analysis,
-    joined: crate::fxhash::FxHashMap<u32, String>,
-    prefixes: crate::fxhash::FxHashMap<(u32, u32, Option<&'static str>), String>,
-}
-
-/// Room for the count appended to a path, so that appending it does not move the line.
-const COUNT_ROOM: usize = 21;
-
-impl<'a> Paths<'a> {
-    fn new(a: &'a Analysis) -> Self {
-        Self {
-            a,
-            joined: Default::default(),
-            prefixes: Default::default(),
-        }
-    }
-
-    fn path(&mut self, tid: u32, pid: u32, state: Option<&'static str>, stack: u32) -> String {
-        let a = self.a;
-        let frames = self
-            .joined
-            .entry(stack)
-            .or_insert_with(|| match a.stacks.get(&stack) {
-                Some(frames) => {
-                    let mut out = String::new();
-                    for frame in frames {
-                        out.push(';');
-                        out.push_str(&sanitize(frame));
-                    }
-                    out
-                }
-                None => format!(";[unknown stack {stack}]"),
-            });
-        let prefix = self.prefixes.entry((tid, pid, state)).or_insert_with(|| {
-            let process_comm = a.processes.get(&pid).map_or("", |p| p.comm.as_str());
-            let thread_comm = a.threads.get(&tid).map_or("", |t| t.comm.as_str());
-            let mut prefix = format!(
-                "{} ({pid});{} ({tid})",
-                sanitize(or_unknown(process_comm)),
-                sanitize(or_unknown(thread_comm))
-            );
-            if let Some(state) = state {
-                prefix.push(';');
-                prefix.push_str(state);
-            }
-            prefix
-        });
-        let mut path = String::with_capacity(prefix.len() + frames.len() + COUNT_ROOM);
-        path.push_str(prefix);
-        path.push_str(frames);
-        path
-    }
-}
-
-fn or_unknown(comm: &str) -> &str {
-    if comm.is_empty() { "?" } else { comm }
-}
-
 /// `;` separates frames and a newline ends a line, so neither may appear inside a frame. An
 /// empty frame would merge with its neighbour's separator, so it gets a visible name.
 fn sanitize(frame: &str) -> std::borrow::Cow<'_, str> {
@@ -356,22 +272,25 @@ pub fn merge_folded<'l>(lines: impl IntoIterator<Item = &'l str>) -> Vec<String>
 
 /// Folded lines of one cause's stacks, and the count's unit.
 pub fn cause_lines(a: &Analysis, stacks: &CauseStacks) -> (Vec<String>, &'static str) {
+    let (graph, unit) = cause_graph(a, stacks);
+    (graph.lines(), unit)
+}
+
+/// [`cause_lines`]' lines, not yet text, and the count's unit.
+pub fn cause_graph(a: &Analysis, stacks: &CauseStacks) -> (FoldedGraph, &'static str) {
     let disk = stacks.cause().spec().stacks == Stacks::IoWait;
-    let pid_of = |tid: u32| a.threads.get(&tid).map_or(0, |t| t.pid);
-    let mut paths = Paths::new(a);
     let state = disk.then_some("[io]");
-    let folded = stacks
-        .totals()
-        .iter()
-        .map(|&(tid, stack, total)| (paths.path(tid, pid_of(tid), state, stack), total))
-        .collect();
-    let mut folded = merge_paths(folded);
-    if disk {
-        for (_, ns) in &mut folded {
-            *ns = ns.saturating_add(500) / 1000;
-        }
+    let mut b = Builder::new(a);
+    for &(tid, stack, total) in stacks.totals() {
+        let pid = a.threads.get(&tid).map_or(0, |t| t.pid);
+        b.add(tid, pid, state, stack, total);
     }
-    (with_counts(folded), cause_unit(stacks.cause()))
+    let graph = if disk {
+        b.finish(micros)
+    } else {
+        b.finish(|n| n)
+    };
+    (graph, cause_unit(stacks.cause()))
 }
 
 #[cfg(test)]
@@ -451,7 +370,11 @@ mod tests {
                 .collect();
             lines.push((format!("p (1);t ({});{}", i % 3, frames.join(";")), count));
         }
-        let lines = into_lines(lines);
+        let mut sums = std::collections::BTreeMap::new();
+        for (path, count) in lines {
+            *sums.entry(path).or_insert(0u64) += count;
+        }
+        let lines: Vec<String> = sums.into_iter().map(|(p, c)| format!("{p} {c}")).collect();
         let pruned = prune::drawable(&lines, flamegraph::Options::default().min_width);
         let pruned = pruned.map_or(0, |p| p.len());
         assert!(

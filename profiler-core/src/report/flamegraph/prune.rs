@@ -122,7 +122,7 @@ fn parse(line: &str) -> Option<(&str, u64)> {
 }
 
 /// How many leading frames two stacks share.
-fn shared_frames(a: &str, b: &str) -> usize {
+pub(super) fn shared_frames(a: &str, b: &str) -> usize {
     let (a, b) = (a.as_bytes(), b.as_bytes());
     let same = common_prefix(a, b);
     let edge = |s: &[u8]| s.len() == same || s[same] == b';';

@@ -11,8 +11,7 @@ use std::collections::BTreeMap;
 use std::io::{self, Write};
 use std::sync::Mutex;
 
-use super::{CauseStacks, write_folded};
-use super::{cause_lines, embedded_svg, flamegraph_svg, off_cpu_folded, on_cpu_folded};
+use super::{CauseStacks, FoldedGraph, cause_graph, off_cpu_graph, on_cpu_graph};
 use crate::analysis::model::Analysis;
 use crate::report::model::{Files, Flamegraph, Inputs, Render, Subject};
 
@@ -55,7 +54,7 @@ impl Render for Flamegraphs {
     }
 }
 
-type Fold<'a> = Box<dyn FnOnce() -> (Vec<String>, &'static str) + Send + 'a>;
+type Fold<'a> = Box<dyn FnOnce() -> (FoldedGraph, &'static str) + Send + 'a>;
 
 /// One flame graph to draw: its file names' part, its title, and how to fold its lines.
 struct Graph<'a> {
@@ -72,12 +71,12 @@ fn graphs<'a>(a: &'a Analysis, causes: &'a [CauseStacks]) -> Vec<Graph<'a>> {
         Graph {
             name: "oncpu".into(),
             title: "On-CPU".into(),
-            fold: Box::new(move || (on_cpu_folded(a), "samples")),
+            fold: Box::new(move || (on_cpu_graph(a), "samples")),
         },
         Graph {
             name: "offcpu".into(),
             title: "Off-CPU".into(),
-            fold: Box::new(move || (off_cpu_folded(a), "us")),
+            fold: Box::new(move || (off_cpu_graph(a), "us")),
         },
     ];
     let causes = causes.iter().filter(|s| !s.is_empty()).map(|stacks| {
@@ -85,7 +84,7 @@ fn graphs<'a>(a: &'a Analysis, causes: &'a [CauseStacks]) -> Vec<Graph<'a>> {
         Graph {
             name: format!("cause-{cause}"),
             title: format!("GPU idle time: {cause}"),
-            fold: Box::new(move || cause_lines(a, stacks)),
+            fold: Box::new(move || cause_graph(a, stacks)),
         }
     });
     plain.into_iter().chain(causes).collect()
@@ -144,16 +143,16 @@ fn write_graph(
         return Ok(None);
     }
     let mut w = files.create(&format!("{name}.folded"))?;
-    write_folded(&lines, &mut w)?;
+    lines.write_folded(&mut w)?;
     w.flush()?;
     let mut w = files.create(&format!("{name}.svg"))?;
-    flamegraph_svg(&lines, &title, unit, &mut w)?;
+    lines.svg(&title, unit, &mut w)?;
     w.flush()?;
     if !for_page {
         return Ok(None);
     }
     let mut svg = Vec::new();
-    embedded_svg(&lines, &title, unit, &mut svg).map_err(|e| {
+    lines.embedded_svg(&title, unit, &mut svg).map_err(|e| {
         io::Error::new(
             e.kind(),
             format!("drawing the {name} flame graph for the HTML report: {e}"),
