@@ -294,7 +294,11 @@ pub struct OffCpuSample {
     pub header: Header,
     /// `state::IO_WAIT` or `state::BLOCKED`.
     pub state: u32,
-    pub _pad: u32,
+    /// The system call it blocked in, as its number plus one; 0 when it blocked outside one
+    /// (a page fault) or the kernel's register layout is unknown (see [`Offsets::regs_syscall`]).
+    pub syscall: u32,
+    /// That call's first argument (a file descriptor, a futex's address, a clock).
+    pub arg0: u64,
     pub stack: Stack,
 }
 
@@ -466,7 +470,11 @@ pub struct Offsets {
     pub task_cfs_rq: u32,
     pub cfs_rq_rq: u32,
     pub rq_clock: u32,
-    pub _pad: u32,
+    /// In `struct pt_regs`, the user registers saved at kernel entry: the system call's
+    /// number (x86-64 `orig_ax`, arm64 `syscallno`, read as 32 bits: negative outside a call)
+    /// and its first argument (`di`, `orig_x0`); 0 when BTF lacks them.
+    pub regs_syscall: u32,
+    pub regs_arg0: u32,
 }
 
 /// Tunables set by user space before load.

@@ -147,3 +147,69 @@ fn json_has_the_required_keys_and_each_thread_partitions_its_lifetime() {
     assert_eq!(threads[1]["page_cache_misses"], 400);
     assert_eq!(json["events"]["sched"]["dropped"], 10);
 }
+
+/// What a thread blocked in comes with the off-CPU sample of the same time after it, and only
+/// then: a `BlockedIn` whose sample never came (the recording cut) counts nothing.
+#[test]
+fn each_thread_says_what_it_blocked_in_the_most_time_first() {
+    let mut records = fixture();
+    let blocked = |ts_ns: u64, call: &str, detail: &str| Record::BlockedIn {
+        ts_ns,
+        tid: 100,
+        call: call.into(),
+        detail: detail.into(),
+    };
+    let sample = |ts_ns: u64, duration_ns: u64| Record::OffCpuSample {
+        ts_ns,
+        tid: 100,
+        pid: 100,
+        duration_ns,
+        io: false,
+        stack: 1,
+    };
+    let socket = "socket TCP 127.0.0.1:5000 <- 127.0.0.1:40412";
+    let at = START_NS + 10 * MS;
+    records.extend([
+        blocked(at, "recvfrom", socket),
+        sample(at, 30 * MS),
+        blocked(at + 40 * MS, "futex", "0x7f00"),
+        sample(at + 40 * MS, 5 * MS),
+        blocked(at + 50 * MS, "recvfrom", socket),
+        sample(at + 50 * MS, 20 * MS),
+        // A sample of another time: not this call's.
+        blocked(at + 80 * MS, "nanosleep", ""),
+        sample(at + 81 * MS, 7 * MS),
+    ]);
+    let a = analyze(records).analysis;
+    let on: Vec<_> = a.threads[&100]
+        .blocked_on
+        .iter()
+        .map(|b| (b.kind, b.call.as_str(), b.detail.as_str(), b.ns))
+        .collect();
+    assert_eq!(
+        on,
+        [
+            ("socket", "recvfrom", socket, 50 * MS),
+            ("futex", "futex", "0x7f00", 5 * MS)
+        ]
+    );
+    let load = LoadInfo::default();
+    let report = profiler_core::Report::new(&a, None, &load);
+    let json = serde_json::to_value(report_json::JsonReport::new(&report)).unwrap();
+    let t = json["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["tid"] == 100)
+        .unwrap();
+    assert_eq!(t["blocked_on"][0]["kind"], "socket");
+    assert_eq!(t["blocked_on"][0]["detail"], socket);
+    assert_eq!(t["blocked_on"][0]["ns"], 50 * MS);
+    // A thread that never said has no key at all.
+    let other = json["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["tid"] == 101);
+    assert!(other.unwrap().get("blocked_on").is_none());
+}

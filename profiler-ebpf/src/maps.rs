@@ -205,7 +205,8 @@ pub static OFFSETS: Offsets = Offsets {
     task_cfs_rq: 0,
     cfs_rq_rq: 0,
     rq_clock: 0,
-    _pad: 0,
+    regs_syscall: 0,
+    regs_arg0: 0,
 };
 
 #[unsafe(no_mangle)]

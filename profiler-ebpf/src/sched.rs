@@ -17,7 +17,10 @@
 //! user space found in BTF, with plain loads the verifier checks once (see `task_field`).
 use aya_ebpf::{
     EbpfContext,
-    helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns},
+    helpers::{
+        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel,
+        bpf_task_pt_regs,
+    },
     macros::btf_tracepoint,
     programs::BtfTracePointContext,
 };
@@ -239,7 +242,9 @@ pub fn leave_cpu<C: EbpfContext>(
             unsafe {
                 (*rec).header = h;
                 (*rec).state = st.state;
-                (*rec)._pad = 0;
+                let (syscall, arg0) = syscall_of(task);
+                (*rec).syscall = syscall;
+                (*rec).arg0 = arg0;
                 capture_stack(ctx, &raw mut (*rec).stack);
             }
             entry.submit(wakeup_flags());
@@ -247,6 +252,32 @@ pub fn leave_cpu<C: EbpfContext>(
             st.offcpu_pending = 1;
         }
     }
+}
+
+/// The system call `task` (the current task, leaving its CPU) blocked in, as its number
+/// plus one (0: none, or the register layout unknown), with its first argument: read from
+/// the user registers the kernel saved at entry, once per off-CPU sample, not per switch.
+#[inline(always)]
+fn syscall_of(task: *const u8) -> (u32, u64) {
+    let (nr_at, arg_at) = (offset!(regs_syscall), offset!(regs_arg0));
+    if nr_at == 0 || arg_at == 0 {
+        return (0, 0);
+    }
+    // SAFETY: `task` is a BTF task pointer, as the helper requires.
+    let regs = unsafe { bpf_task_pt_regs(task as *mut _) } as *const u8;
+    if regs.is_null() {
+        return (0, 0);
+    }
+    // SAFETY: checked reads; a failed one reads as no call.
+    let nr: i32 =
+        unsafe { bpf_probe_read_kernel(regs.add(nr_at as usize) as *const i32) }.unwrap_or(-1);
+    if nr < 0 {
+        return (0, 0);
+    }
+    // SAFETY: as above.
+    let arg0: u64 =
+        unsafe { bpf_probe_read_kernel(regs.add(arg_at as usize) as *const u64) }.unwrap_or(0);
+    (nr as u32 + 1, arg0)
 }
 
 #[inline(always)]

@@ -192,6 +192,12 @@ fn cpu_io() -> Vec<Record> {
                 pid: 200,
                 stack: 3,
             });
+            out.push(Record::BlockedIn {
+                ts_ns: t + 60 * MS,
+                tid: 200,
+                call: "recvfrom".into(),
+                detail: "socket TCP 127.0.0.1:5000 <- 127.0.0.1:40412".into(),
+            });
             out.push(Record::OffCpuSample {
                 ts_ns: t + 60 * MS,
                 tid: 200,

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::io::Read;
 
 use crate::analysis::model::{
-    Analysis, BlockIoSummary, EventCounts, GpuSample, GpuTimeline, PageCacheFileEntry,
+    Analysis, BlockIoSummary, BlockedOn, EventCounts, GpuSample, GpuTimeline, PageCacheFileEntry,
     ProcessSummary, ThreadSummary, UnavailableSignal,
 };
 use crate::analysis::percentiles::Percentiles;
@@ -114,6 +114,8 @@ struct ThreadAcc {
     blk_read_bytes: u64,
     blk_write_bytes: u64,
     blk_latency: Percentiles,
+    /// Sampled off-CPU time by (call, detail) it blocked in.
+    blocked_on: BTreeMap<(String, String), u64>,
 }
 
 #[derive(Debug, Default)]
@@ -130,6 +132,8 @@ pub struct Analyzer {
     last_ts_ns: u64,
     end: Option<(u64, EndReason)>,
     threads: FxHashMap<u32, ThreadAcc>,
+    /// Each thread's last `BlockedIn`, for the off-CPU sample of the same time after it.
+    blocked_in: FxHashMap<u32, (u64, String, String)>,
     processes: FxHashMap<u32, ProcessAcc>,
     stacks: BTreeMap<u32, Vec<String>>,
     samples: SampleAccumulator,
@@ -251,10 +255,24 @@ impl Analyzer {
                 stack,
             } => {
                 self.seen_ts(ts_ns);
+                if let Some((at, call, detail)) = self.blocked_in.remove(&tid)
+                    && at == ts_ns
+                {
+                    let t = self.thread(tid, pid);
+                    *t.blocked_on.entry((call, detail)).or_default() += duration_ns;
+                }
                 self.samples
                     .off_cpu_sample(tid, pid, stack, io, duration_ns);
                 self.timed
                     .off_cpu_sample(ts_ns, tid, stack, io, duration_ns);
+            }
+            Record::BlockedIn {
+                ts_ns,
+                tid,
+                call,
+                detail,
+            } => {
+                self.blocked_in.insert(tid, (ts_ns, call, detail));
             }
             Record::BlockIo {
                 ts_ns,
@@ -543,6 +561,17 @@ fn finish_threads(threads: FxHashMap<u32, ThreadAcc>) -> BTreeMap<u32, ThreadSum
                 p99_ns: t.blk_latency.percentile(99),
                 max_ns: t.blk_latency.percentile(100),
             };
+            let mut blocked_on: Vec<BlockedOn> = t
+                .blocked_on
+                .into_iter()
+                .map(|((call, detail), ns)| BlockedOn {
+                    kind: BlockedOn::kind_of(&call, &detail),
+                    call,
+                    detail,
+                    ns,
+                })
+                .collect();
+            blocked_on.sort_by(|x, y| y.ns.cmp(&x.ns).then_with(|| x.call.cmp(&y.call)));
             let summary = ThreadSummary {
                 tid,
                 pid: t.pid,
@@ -550,6 +579,7 @@ fn finish_threads(threads: FxHashMap<u32, ThreadAcc>) -> BTreeMap<u32, ThreadSum
                 counters,
                 exited: t.exit.is_some(),
                 block_io,
+                blocked_on,
             };
             (tid, summary)
         })

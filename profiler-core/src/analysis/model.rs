@@ -132,6 +132,42 @@ pub struct ThreadSummary {
     pub counters: ThreadCounters,
     pub exited: bool,
     pub block_io: BlockIoSummary,
+    /// What it blocked in, the most time first (see [`BlockedOn`]); empty in recordings made
+    /// before it was read.
+    pub blocked_on: Vec<BlockedOn>,
+}
+
+/// One thing a thread blocked in: a system call and what it waited on, with the time of
+/// the sampled off-CPU intervals spent there (each thread's off-CPU time is sampled, one
+/// interval every few milliseconds: a share of its waits, not their sum).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BlockedOn {
+    /// `futex`, `poll`, `socket`, `pipe`, `sleep`, `wait`, `file`, or the call's name.
+    pub kind: &'static str,
+    /// The system call: `futex`, `recvfrom`, `epoll_wait`, ...
+    pub call: String,
+    /// What it waited on: `socket TCP 127.0.0.1:5000 <- 127.0.0.1:40412`, a pipe and who
+    /// holds its other end, a path, a futex's address; empty when the call says nothing more.
+    pub detail: String,
+    pub ns: u64,
+}
+
+impl BlockedOn {
+    /// What kind of wait a call on `detail` is: one word the report and the rules read.
+    pub fn kind_of(call: &str, detail: &str) -> &'static str {
+        match call {
+            "futex" | "futex_waitv" => "futex",
+            "epoll_wait" | "epoll_pwait" | "epoll_pwait2" | "poll" | "ppoll" | "select"
+            | "pselect6" => "poll",
+            "nanosleep" | "clock_nanosleep" => "sleep",
+            "wait4" | "waitid" => "wait",
+            _ if detail.starts_with("socket") => "socket",
+            _ if detail.starts_with("pipe") => "pipe",
+            _ if detail.starts_with('/') => "file",
+            "read" | "readv" | "pread64" => "read",
+            _ => "other",
+        }
+    }
 }
 
 /// Block IO issued by one thread.

@@ -235,6 +235,17 @@ pub enum Record {
         busy_ns: u64,
         total_ns: u64,
     },
+    /// What a tracked thread blocked in, for the `OffCpuSample` of `tid` at `ts_ns` that
+    /// follows it: the system call's name (`futex`, `recvfrom`, `epoll_wait`, ...) and what
+    /// its file descriptor was (`socket TCP 127.0.0.1:5000 -> 127.0.0.1:40412`, `pipe from
+    /// PID 812 (python)`, a path), or its address or clock. Added after the first version-1
+    /// recordings: readers before it skip it as a record of an unknown kind.
+    BlockedIn {
+        ts_ns: u64,
+        tid: u32,
+        call: String,
+        detail: String,
+    },
 }
 
 /// Stack samples counted by how far their unwind got and which walk gave it.

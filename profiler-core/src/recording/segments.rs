@@ -214,7 +214,8 @@ impl Segments {
             | Record::GpuProcessUtil { .. }
             | Record::CudaCall(_)
             | Record::Launches { .. }
-            | Record::CudaCallSite { .. } => {}
+            | Record::CudaCallSite { .. }
+            | Record::BlockedIn { .. } => {}
             // Cumulative since boot, but read only as differences between two readings of
             // one segment: it needs no rebasing.
             Record::HostCpu { .. } => {}

@@ -77,6 +77,9 @@ struct PendingOffCpu {
     pid: u32,
     io: bool,
     stack: u32,
+    /// The system call it blocked in, plus one (0: none), and its first argument.
+    syscall: u32,
+    arg0: u64,
 }
 
 /// Per-session decoding state.
@@ -90,6 +93,7 @@ pub struct Decoder {
     /// With each: whether Python frames were merged into it (for the Python counts).
     raw: HashMap<Vec<u64>, (u32, bool)>,
     pending: HashMap<u32, PendingOffCpu>,
+    blocked_in: super::proc::blocked_in::BlockedIn,
     copies: HashMap<u32, PendingCopy>,
     python_frames: HashMap<u32, PendingPython>,
     /// The CPython processes traced, and the code objects of their frames.
@@ -234,6 +238,8 @@ impl Decoder {
                         pid: h.pid,
                         io: s.state == state::IO_WAIT,
                         stack,
+                        syscall: s.syscall,
+                        arg0: s.arg0,
                     },
                 );
             }),
@@ -361,6 +367,15 @@ impl Decoder {
 
     fn close_offcpu(&mut self, tid: u32, end_ns: u64, out: &mut Vec<Record>) {
         if let Some(p) = self.pending.remove(&tid) {
+            if p.syscall != 0 {
+                let (call, detail) = self.blocked_in.describe(p.pid, p.syscall - 1, p.arg0);
+                out.push(Record::BlockedIn {
+                    ts_ns: p.ts_ns,
+                    tid,
+                    call,
+                    detail,
+                });
+            }
             out.push(Record::OffCpuSample {
                 ts_ns: p.ts_ns,
                 tid,

@@ -191,6 +191,20 @@ pub struct JsonThread<'a> {
     pub write_bytes: u64,
     pub exited: bool,
     pub block_io: JsonBlockIo,
+    /// What it blocked in, the most time first; absent where the recording does not say.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub blocked_on: Vec<JsonBlockedOn>,
+}
+
+/// One thing a thread blocked in (see [`crate::analysis::model::BlockedOn`]).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct JsonBlockedOn {
+    pub kind: String,
+    pub call: String,
+    pub detail: String,
+    /// Sampled off-CPU time spent in it.
+    pub ns: u64,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -265,6 +279,16 @@ impl<'a> JsonReport<'a> {
                     p99_ns: t.block_io.p99_ns,
                     max_ns: t.block_io.max_ns,
                 },
+                blocked_on: t
+                    .blocked_on
+                    .iter()
+                    .map(|b| JsonBlockedOn {
+                        kind: b.kind.to_owned(),
+                        call: b.call.clone(),
+                        detail: b.detail.clone(),
+                        ns: b.ns,
+                    })
+                    .collect(),
             })
             .collect();
         threads.sort_by_key(|t| (t.pid, t.tid));

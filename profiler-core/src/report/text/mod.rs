@@ -427,6 +427,7 @@ fn write_process<W: Write>(a: &Analysis, p: &ProcessSummary, w: &mut W) -> io::R
         ("PC-MISS", Align::Right),
         ("MISS-BYTES", Align::Right),
         ("READ-BYTES", Align::Right),
+        ("BLOCKED-ON", Align::Left),
     ]);
     for t in threads {
         let c = &t.counters;
@@ -448,9 +449,26 @@ fn write_process<W: Write>(a: &Analysis, p: &ProcessSummary, w: &mut W) -> io::R
             c.page_cache_misses.to_string(),
             units::bytes(c.page_cache_miss_bytes),
             units::bytes(t.block_io.read_bytes),
+            top_wait(t),
         ]);
     }
     table.write("  ", w)
+}
+
+/// The thread's top wait, for the BLOCKED-ON column: `recvfrom socket TCP ... (82%)`, the
+/// share of its sampled off-CPU time; `-` when it never blocked or the recording does not
+/// say.
+fn top_wait(t: &ThreadSummary) -> String {
+    let Some(top) = t.blocked_on.first() else {
+        return "-".into();
+    };
+    let all: u64 = t.blocked_on.iter().map(|b| b.ns).sum();
+    let what = if top.detail.is_empty() {
+        top.call.clone()
+    } else {
+        format!("{} {}", top.call, top.detail)
+    };
+    format!("{what} ({})", units::percent(top.ns, all))
 }
 
 fn write_top_files<W: Write>(a: &Analysis, w: &mut W) -> io::Result<()> {

@@ -70,6 +70,28 @@ pub fn read_layout() -> anyhow::Result<Layout> {
         }
         Err(e) => log::info!("per-thread switch events unavailable: {e}"),
     }
+    // What a blocked thread waits in: the call's number and first argument, as saved at
+    // kernel entry (x86-64, then arm64 names).
+    let regs = [("orig_ax", "di"), ("syscallno", "orig_x0")]
+        .into_iter()
+        .find_map(|(nr, arg)| {
+            Some((
+                btf.member_offset("pt_regs", nr).ok()?.byte_offset(),
+                btf.member_offset("pt_regs", arg).ok()?.byte_offset(),
+            ))
+        });
+    match regs {
+        Some((nr, arg)) => {
+            o.regs_syscall = nr;
+            o.regs_arg0 = arg;
+        }
+        None => missing.push((
+            "blocked_in".to_string(),
+            "struct pt_regs has neither orig_ax/di nor syscallno/orig_x0 in BTF: what a \
+             blocked thread waits in is not read"
+                .to_string(),
+        )),
+    }
     match btf.member_offset("task_struct", "in_iowait") {
         Ok(m) => {
             o.task_in_iowait_byte = m.byte_offset();
