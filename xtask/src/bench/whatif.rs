@@ -169,6 +169,9 @@ struct Prediction {
     what_ifs: Vec<(String, WhatIf)>,
     /// The causes of the report's `advice[]`, in its order.
     advice: Vec<String>,
+    /// Each cause's lost time over the GPU's observed time (a cause under the what-if's 2%
+    /// gets no estimate: the report expects nothing from fixing it).
+    lost: BTreeMap<String, f64>,
     steps_found: Option<u64>,
     /// The job's own steps whose sync ended while the probes watched.
     steps_own: u64,
@@ -317,7 +320,12 @@ pub fn whatif(runs: u32, secs: u64, only: &[String]) -> anyhow::Result<()> {
         jobs: 0,
     };
     let dir = bench.dir.clone();
+    let _ = std::fs::remove_dir_all(kept_dir());
     let result = bench.all(runs, &chosen);
+    eprintln!(
+        "whatif: each recorded run's report, truth and steps log are in {}",
+        kept_dir().display()
+    );
     let _ = std::fs::remove_dir_all(&dir);
     result
 }
@@ -379,7 +387,7 @@ impl Bench {
     }
 
     fn one(&mut self, sc: &Scenario, run: u32) -> anyhow::Result<Outcome> {
-        let predicted = self.record(sc)?;
+        let predicted = self.record(sc, run)?;
         let mut fixes = Vec::new();
         for (k, fix) in sc.fixes.iter().enumerate() {
             // Alternate which goes first, so that a drift in the machine's load falls on both.
@@ -488,7 +496,7 @@ impl Bench {
     }
 
     /// The original job recorded by PID: what the report predicts.
-    fn record(&mut self, sc: &Scenario) -> anyhow::Result<Prediction> {
+    fn record(&mut self, sc: &Scenario, run: u32) -> anyhow::Result<Prediction> {
         let state = self.next_state();
         let truth = self.dir.join("truth.jsonl");
         let steps_log = self.dir.join("steps.jsonl");
@@ -561,12 +569,23 @@ impl Bench {
         };
         let report: Value = serde_json::from_str(&out[start..])
             .with_context(|| format!("stallscope printed no JSON report: {}", tail(&out)))?;
-        let truth = jsonl(&truth);
-        let steps = jsonl(&steps_log);
-        let _ = std::fs::remove_file(self.dir.join("truth.jsonl"));
-        let _ = std::fs::remove_file(self.dir.join("steps.jsonl"));
-        predicted(&report, &truth, &steps)
+        // Kept for finding out why a prediction missed: the report beside the job's own account.
+        let kept = kept_dir().join(format!("{}.run{}", sc.name, run + 1));
+        std::fs::create_dir_all(&kept)?;
+        std::fs::write(kept.join("report.json"), &out[start..])?;
+        let _ = std::fs::copy(&truth, kept.join("truth.jsonl"));
+        let _ = std::fs::copy(&steps_log, kept.join("steps.jsonl"));
+        predicted(
+            &report,
+            &jsonl(&kept.join("truth.jsonl")),
+            &jsonl(&kept.join("steps.jsonl")),
+        )
     }
+}
+
+/// Where each recorded run's JSON report, truth and steps log are kept.
+fn kept_dir() -> PathBuf {
+    crate::root().join("target/bench-whatif")
 }
 
 fn jsonl(path: &Path) -> Vec<Value> {
@@ -640,15 +659,17 @@ fn predicted(report: &Value, truth: &[Value], steps_log: &[Value]) -> anyhow::Re
         bail!("the report has no GPU");
     }
     let observed = g["observed_ns"].as_u64().unwrap_or(0).max(1) as f64;
-    let (cause, lost) = g["lost_by_cause"]
+    let lost: BTreeMap<String, f64> = g["lost_by_cause"]
         .as_object()
         .into_iter()
         .flatten()
+        .filter_map(|(c, ns)| Some((c.clone(), ns.as_f64()? / observed)))
+        .collect();
+    let (cause, top_share) = lost
+        .iter()
         .filter(|(c, _)| *c != "unknown")
-        .filter_map(|(c, ns)| Some((c.clone(), ns.as_u64()?)))
-        .max_by_key(|(_, ns)| *ns)
-        .unwrap_or(("none".into(), 0));
-    let top_share = lost as f64 / observed;
+        .max_by(|a, b| a.1.total_cmp(b.1))
+        .map_or(("none".into(), 0.0), |(c, s)| (c.clone(), *s));
     let top = if top_share < NONE_BELOW {
         "none".into()
     } else {
@@ -689,6 +710,7 @@ fn predicted(report: &Value, truth: &[Value], steps_log: &[Value]) -> anyhow::Re
         top_share,
         what_ifs,
         advice,
+        lost,
         steps_found: g["steps"]["count"].as_u64(),
         steps_own,
         step_ms_p50: g["steps"]["step_ms"]["p50"].as_f64(),
@@ -818,7 +840,12 @@ fn print_table(chosen: &[&'static Scenario], outcomes: &BTreeMap<&'static str, V
             };
             let ws: Vec<&WhatIf> = runs.iter().filter_map(|(p, _)| p.what_if(&cause)).collect();
             let predicted = if ws.is_empty() {
-                "no prediction".into()
+                let lost = median(
+                    runs.iter()
+                        .map(|(p, _)| p.lost.get(&cause).copied().unwrap_or(0.0) * 100.0)
+                        .collect(),
+                );
+                format!("no prediction ({cause} lost {:.1}%)", lost.unwrap_or(0.0))
             } else {
                 format!(
                     "{} ({}–{}){}",
@@ -1085,6 +1112,7 @@ mod tests {
             [1500, 2500, 5000, 7000].map(|e| serde_json::json!({"end_ns": e, "host_ns": 0}));
         let p = predicted(&report, &truth, &steps).unwrap();
         assert_eq!((p.top.as_str(), p.top_share), ("disk", 0.4));
+        assert_eq!(p.lost.get("unknown"), Some(&0.8));
         assert!(p.what_ifs.is_empty() && p.largest().is_none());
         assert_eq!((p.steps_found, p.steps_own), (Some(2), 2));
         assert!(steps_right(&p));
