@@ -226,7 +226,7 @@ pub const CAUSES: [CauseSpec; 10] = [
         name: "launch_overhead",
         description: "the feeder's own work is launching kernels (and the Python around them) faster than tiny kernels can use the GPU",
         fix: "fewer, larger kernels: CUDA graphs (torch.compile mode=\"reduce-overhead\"), fused operators, larger batches",
-        score_doc: "the `host_compute` score, when the feeder's process launches ≥ 20k kernels/s (launch probes)",
+        score_doc: "the `host_compute` score, when the feeder's process launches ≥ 20k kernels per second of the feeder's CPU time (launch probes; a loop starved of CPU launches fewer a second, not fewer per unit of its work)",
         evidence_doc: "launches per second and per entry point, the feeder's stacks",
         needs: &[Signal::Scheduler, Signal::LaunchCounts],
         speakers: Speakers::Feeder,

@@ -255,12 +255,18 @@ fn attribute_gpu(
     // measured (the probes go on a moment into a recording, and a call already in progress
     // then goes unseen), and a sync spinning on-CPU would pass for host work.
     let probed_since = roles.feeders_watched_since(a);
+    // Launches per second of the feeder's own CPU time, not of the clock: a loop that other
+    // work starves of CPU launches fewer a second, but as many for each unit of its own work,
+    // and it is that work which is launching.
     let launch_rate: f64 = roles
         .feeders
         .iter()
         .filter_map(|t| a.threads.get(t))
-        .filter_map(|t| a.cuda.launches.get(&t.pid))
-        .map(|l| l.per_sec)
+        .filter_map(|t| {
+            let l = a.cuda.launches.get(&t.pid)?;
+            let (on_cpu, life) = (t.counters.on_cpu_ns, t.counters.lifetime_ns());
+            (on_cpu > 0 && life > 0).then(|| l.per_sec * life as f64 / on_cpu as f64)
+        })
         .sum();
     let mut out = GpuAttribution {
         gpu: g.info.index,

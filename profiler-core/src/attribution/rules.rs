@@ -47,9 +47,10 @@ pub struct Label {
     pub scores: Scores,
 }
 
-/// Kernel launches a second from the feeder's process past which its own on-CPU work is
-/// launch overhead: at the driver's 3–5 µs a launch, 20k launches take a tenth of a CPU
-/// just to enqueue, and the Python that issues them several times that. The rate the
+/// Kernel launches from the feeder's process per second of the feeder's own CPU time, past
+/// which that on-CPU work is launch overhead: at the driver's 3–5 µs a launch, 20k launches
+/// take a tenth of that CPU just to enqueue, and the Python that issues them several times
+/// that. The rate the
 /// probes see is a lower bound (each probed launch is slower), which keeps this
 /// conservative.
 pub const LAUNCH_BOUND_PER_SEC: f64 = 20_000.0;
