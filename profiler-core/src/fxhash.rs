@@ -3,7 +3,7 @@
 //! Sample maps are touched once per record, ten million times per recording; SipHash made up
 //! a fifth of the analysis time. Keys are small integers from a local file, so flooding
 //! resistance buys nothing here.
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
 
 const SEED: u64 = 0x51_7c_c1_b7_27_22_0a_95;
@@ -57,3 +57,4 @@ impl Hasher for FxHasher {
 }
 
 pub type FxHashMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
+pub type FxHashSet<K> = HashSet<K, BuildHasherDefault<FxHasher>>;

@@ -291,6 +291,8 @@ fn open(plan: &RecordingPlan, a: Attached) -> anyhow::Result<Opened> {
     // SAFETY: sysconf has no preconditions.
     let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as u32;
     writer.write(&Record::Host { cpus })?;
+    let (bytes, ns) = crate::capture::proc::host_copy::measure();
+    writer.write(&Record::HostCopy { bytes, ns })?;
     for (signal, reason) in &a.unavailable {
         writer.write(&Record::Unavailable {
             signal: signal.clone(),

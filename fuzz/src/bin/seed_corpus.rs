@@ -125,6 +125,10 @@ fn cpu_io() -> Vec<Record> {
     let mut out = vec![
         meta(100, tick),
         Record::Host { cpus: 8 },
+        Record::HostCopy {
+            bytes: 32 << 20,
+            ns: 4_000_000,
+        },
         Record::Process {
             ts_ns: START,
             pid: 100,

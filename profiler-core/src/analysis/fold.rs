@@ -155,6 +155,8 @@ pub struct Analyzer {
     launches_by_api: BTreeMap<u32, BTreeMap<String, u64>>,
     launch_probed_ns: u64,
     env_ranks: BTreeMap<u32, crate::cuda::RankInfo>,
+    callers_off_cpu: crate::analysis::off_cpu_spans::OffCpuSpans,
+    host_copy_gbps: Option<f64>,
 }
 
 #[derive(Debug, Default)]
@@ -265,6 +267,7 @@ impl Analyzer {
                     .off_cpu_sample(tid, pid, stack, io, duration_ns);
                 self.timed
                     .off_cpu_sample(ts_ns, tid, stack, io, duration_ns);
+                self.callers_off_cpu.off_cpu_sample(ts_ns, tid, duration_ns);
             }
             Record::BlockedIn {
                 ts_ns,
@@ -336,6 +339,10 @@ impl Analyzer {
                 }
             }
             Record::Host { cpus } => self.cpus = cpus,
+            Record::HostCopy { bytes, ns } => {
+                // A file may say anything: a rate only from a copy that took time.
+                self.host_copy_gbps = (bytes > 0 && ns > 0).then(|| bytes as f64 / ns as f64);
+            }
             Record::HostCpu {
                 ts_ns,
                 busy_ns,
@@ -408,6 +415,7 @@ impl Analyzer {
                 if let Some(site) = self.call_sites.remove(&(call.tid, call.start_ns)) {
                     call.caller = python_caller(&site, &call.caller);
                 }
+                self.callers_off_cpu.calls_cuda(call.tid);
                 self.cuda_calls.push(call);
             }
             Record::Launches {
@@ -478,6 +486,8 @@ impl Analyzer {
         let gpus = finish_gpus(self.gpus);
         let mut timed = self.timed;
         timed.finish();
+        let mut callers_off_cpu = self.callers_off_cpu;
+        callers_off_cpu.finish();
         let analysis = Analysis {
             meta: self.meta,
             start_ns,
@@ -497,6 +507,7 @@ impl Analyzer {
             timeline: self.timeline.finish(start_ns, end_ns),
             gpus,
             cpus: self.cpus,
+            host_copy_gbps: self.host_copy_gbps,
             host_cpu: {
                 let mut readings = self.host_cpu;
                 readings.sort_by_key(|r| r.ts_ns);
@@ -504,6 +515,7 @@ impl Analyzer {
             },
             unwinding: self.unwinding,
             python: self.python,
+            callers_off_cpu,
             cuda_processes: self.cuda_processes,
             cuda: crate::cuda::CudaView {
                 env_ranks: self.env_ranks,

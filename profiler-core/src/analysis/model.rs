@@ -46,6 +46,8 @@ pub struct Analysis {
     pub gpus: BTreeMap<u32, GpuTimeline>,
     /// CPUs on the recording host; 0 when the recording does not say.
     pub cpus: u32,
+    /// How fast one host CPU copies memory, GB/s (bytes per ns), when the recording says.
+    pub host_copy_gbps: Option<f64>,
     /// The host's CPU time as the recording read it, in time order; empty in recordings made
     /// before it was read.
     pub host_cpu: Vec<HostCpuReading>,
@@ -57,6 +59,8 @@ pub struct Analysis {
     pub unwinding: Option<crate::recording::record::UnwindStats>,
     /// How the Python frames were read; `None` when the recording says nothing of them.
     pub python: Option<crate::recording::record::PythonStats>,
+    /// When the threads that call CUDA were off their CPU, where their samples say.
+    pub callers_off_cpu: crate::analysis::off_cpu_spans::OffCpuSpans,
 }
 
 /// The whole host's CPU time at one moment, since boot, all CPUs together.

@@ -390,6 +390,7 @@ fn attribute_gpu(
             index,
             waits,
             link_gbps,
+            off_cpu: &a.callers_off_cpu,
         };
         let found = steps::find(&a.cuda.calls, roles, &lookups, (from.max(since), to));
         out.steps = Some(found.steps);
@@ -417,6 +418,15 @@ fn attribute_gpu(
                 }
                 _ => None,
             },
+            loaders: roles
+                .workers
+                .iter()
+                .filter_map(|tid| a.threads.get(tid))
+                .filter(|t| t.counters.on_cpu_ns.saturating_add(t.counters.io_wait_ns) > 0)
+                .map(|t| t.pid)
+                .collect::<std::collections::BTreeSet<_>>()
+                .len(),
+            host_copy_gbps: a.host_copy_gbps,
         };
         out.what_if =
             what_if::estimate(&out.step_parts, &pace, &out.lost_by_cause, out.observed_ns);

@@ -89,6 +89,11 @@ pub struct Pace {
     /// How the DataLoader's workers spent the steps: on a CPU, waiting for one, waiting on
     /// IO (ns, summed over the workers); `None` without workers.
     pub workers: Option<[f64; 3]>,
+    /// The DataLoader's worker processes that did any work: how many batches it makes side
+    /// by side.
+    pub loaders: usize,
+    /// How fast one host CPU copies memory, GB/s (bytes per ns), when the recording says.
+    pub host_copy_gbps: Option<f64>,
 }
 
 /// The step's parts with `cause` fixed, or `None` for a cause without a model.
@@ -99,7 +104,25 @@ fn fixed(cause: Cause, p: &StepParts, pace: &Pace, loader_share: f64) -> Option<
             // The loader makes a batch every step (the feeder waits for it): without the
             // cause's share of that time it makes one every `step × (1 − share)`, and the
             // feeder waits only for what that leaves beyond the rest of its step.
-            s.input_wait = (s.input_wait - loader_share * s.total()).max(0.0);
+            let by_share = (s.input_wait - loader_share * s.total()).max(0.0);
+            let rest = s.total() - s.input_wait;
+            s.input_wait = match loader_period(cause, p, pace) {
+                // Workers that also sat idle (blocked on a queue, a lock) made a batch a
+                // step only because they had to wait: fixed, they make one as fast as their
+                // work allows.
+                Some(period) => by_share.min((period - rest).max(0.0)),
+                None => by_share,
+            };
+            if cause != Cause::Disk {
+                // The CPUs the workers (or the other work) kept busy are the ones the feeder
+                // waited for too, preempted or woken and not run: fixed, its own work runs
+                // when it is ready. Its waits for a CPU are taken to fall on its host work
+                // as on the rest of the time it wanted a CPU.
+                let [on_cpu, runqueue] = p.feeder;
+                if on_cpu + runqueue > 0.0 {
+                    s.host *= on_cpu / (on_cpu + runqueue);
+                }
+            }
         }
         Cause::HostCompute | Cause::LaunchOverhead => s.host = 0.0,
         Cause::PinnedMemoryCopy => {
@@ -124,8 +147,14 @@ fn fixed(cause: Cause, p: &StepParts, pace: &Pace, loader_share: f64) -> Option<
     if cause == Cause::PinnedMemoryCopy {
         // Pinned, the batch is still copied by the CPU once, into pinned memory, by the
         // pin-memory thread beside the loop (and the GPU): a step cannot be shorter than
-        // that copy, which the loop then waits for as its input.
-        let short = p.staged_ns - s.total();
+        // that copy, which the loop then waits for as its input. It is a plain copy on one
+        // CPU, far faster than the driver's staging of a pageable one; a recording that did
+        // not measure the CPU's rate has only the staging's time to go by.
+        let pinning = pace
+            .host_copy_gbps
+            .filter(|g| *g > 0.0)
+            .map_or(p.staged_ns, |g| p.copy_bytes / g);
+        let short = pinning - s.total();
         if short > 0.0 {
             s.input_wait += short;
         }
@@ -195,6 +224,24 @@ fn loader_share(cause: Cause, lost: &BTreeMap<Cause, u64>, workers: Option<[f64;
     let all: u64 = LOADER_CAUSES.iter().filter_map(|c| lost.get(c)).sum();
     lost.get(&cause)
         .map_or(0.0, |ns| *ns as f64 / all.max(1) as f64)
+}
+
+/// How often the loader would make a batch with `cause` fixed, ns, from the workers' time
+/// around step `p` (one batch's worth): they work side by side, so each batch takes what is
+/// left of their time per step over their number; `None` where the workers' time around the
+/// step is unknown.
+fn loader_period(cause: Cause, p: &StepParts, pace: &Pace) -> Option<f64> {
+    let [on_cpu, runqueue, io] = p.workers;
+    let busy = on_cpu + runqueue + io;
+    if pace.loaders == 0 || busy <= 0.0 {
+        return None;
+    }
+    let part = match cause {
+        Cause::DataloaderCpu => on_cpu,
+        Cause::CpuContention => runqueue,
+        _ => io,
+    };
+    Some((busy - part) / pace.loaders as f64)
 }
 
 /// The workers' states around step `p`, else over all the steps (a recording whose ticks
@@ -328,6 +375,7 @@ mod tests {
             copy_bytes: 64.0 * 1024.0 * 1024.0,
             staged_ns: 0.0,
             workers: [0.0; 3],
+            feeder: [0.0; 2],
         }
     }
 
@@ -337,6 +385,8 @@ mod tests {
             link_gbps: 16.0,
             max_link_gbps: 16.0,
             workers: None,
+            loaders: 0,
+            host_copy_gbps: None,
         }
     }
 
@@ -506,6 +556,47 @@ mod tests {
         assert!((of_cause(&w, Cause::DataloaderCpu).step_ms_if_fixed - 255.0).abs() < 1e-6);
     }
 
+    /// Two workers that read and decode, each busy half the time (an in-order loader keeps
+    /// the one ahead waiting for the one behind): the batch comes every 100 ms now, but
+    /// without the reads the two decode one every 40 / 2 ms, not every 100 × (1 − 0.6).
+    #[test]
+    fn workers_side_by_side_make_batches_at_their_own_rate_once_fixed() {
+        let mut p = step(80.0, 1.0, 2.0, 17.0);
+        p.workers = [40.0 * MS, 0.0, 60.0 * MS];
+        let l = lost(&[(Cause::Disk, 400), (Cause::DataloaderCpu, 300)]);
+        let fixed_ms = |loaders, cause| {
+            let pace = Pace {
+                loaders,
+                ..pace(17.0)
+            };
+            of_cause(&estimate(&vec![p; 10], &pace, &l, 1000), cause).step_ms_if_fixed
+        };
+        assert!(
+            (fixed_ms(0, Cause::Disk) - 40.0).abs() < 1e-6,
+            "by the share alone"
+        );
+        assert!((fixed_ms(1, Cause::Disk) - 40.0).abs() < 1e-6);
+        assert!((fixed_ms(2, Cause::Disk) - 20.0).abs() < 1e-6);
+        // Without the decoding: 60 / 2 = 30 ms a batch, 10 of it beyond the rest of the step.
+        assert!((fixed_ms(2, Cause::DataloaderCpu) - 30.0).abs() < 1e-6);
+    }
+
+    /// Workers that burn the CPUs keep the feeder waiting for one too (the bench's real
+    /// PyTorch job: 3 ms of its 42 ms steps outside its calls, 0.4 ms once the workers'
+    /// work went): fixing them gives back the host time it spent waiting for a CPU, which
+    /// fixing the disk does not.
+    #[test]
+    fn a_loader_that_burns_the_cpus_gives_back_the_feeders_wait_for_one() {
+        let mut p = step(20.0, 1.0, 4.0, 15.0);
+        p.feeder = [1.0 * MS, 3.0 * MS];
+        let l = lost(&[(Cause::DataloaderCpu, 400), (Cause::Disk, 100)]);
+        let w = estimate(&vec![p; 10], &pace(15.0), &l, 1000);
+        // Its 4 ms of host work was a quarter on a CPU: 1 + 1 + 15.
+        assert!((of_cause(&w, Cause::DataloaderCpu).step_ms_if_fixed - 17.0).abs() < 1e-6);
+        let disk = of_cause(&w, Cause::Disk);
+        assert!(disk.step_ms_if_fixed > 20.0, "{disk:?}");
+    }
+
     fn of_cause(w: &[WhatIf], c: Cause) -> &WhatIf {
         w.iter().find(|w| w.cause == c).unwrap()
     }
@@ -530,15 +621,32 @@ mod tests {
     /// at least that copy.
     #[test]
     fn a_pinned_batch_still_costs_its_copy_into_pinned_memory() {
-        let mut p = step(0.0, 53.0, 0.1, 0.0);
-        p.staged_ns = 34.0 * MS;
+        let mut p_step = step(0.0, 53.0, 0.1, 0.0);
+        p_step.staged_ns = 34.0 * MS;
         let w = estimate(
-            &vec![p; 10],
+            &vec![p_step; 10],
             &pace(10.0),
             &lost(&[(Cause::PinnedMemoryCopy, 800)]),
             1000,
         );
         assert!((w[0].step_ms_if_fixed - 34.0).abs() < 1e-3, "{w:?}");
+        // A CPU that copies 10 GB/s pins the 64 MiB in 6.7 ms: the step is the copy to the
+        // GPU at the link's 16 GB/s, the host work and the kernels left to wait for.
+        let p = Pace {
+            host_copy_gbps: Some(10.0),
+            ..pace(10.0)
+        };
+        let w = estimate(
+            &vec![p_step; 10],
+            &p,
+            &lost(&[(Cause::PinnedMemoryCopy, 800)]),
+            1000,
+        );
+        let link_ms = 64.0 * 1024.0 * 1024.0 / 16.0 / MS;
+        assert!(
+            (w[0].step_ms_if_fixed - (link_ms + 10.0)).abs() < 1e-3,
+            "{w:?}"
+        );
     }
 
     #[test]

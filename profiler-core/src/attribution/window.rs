@@ -70,6 +70,28 @@ impl TimelineIndex {
         }
     }
 
+    /// The ticks that overlap `[start, end)`, each with the part of it inside.
+    pub fn slices<'t>(
+        &self,
+        timeline: &'t [TickSlice],
+        start: u64,
+        end: u64,
+    ) -> impl Iterator<Item = (&'t TickSlice, f64)> + 't {
+        let first = self.ends.partition_point(|&e| e <= start);
+        timeline
+            .get(first..)
+            .unwrap_or(&[])
+            .iter()
+            .take_while(move |slice| slice.start_ns < end)
+            .filter_map(move |slice| {
+                let len = slice.end_ns.saturating_sub(slice.start_ns);
+                let overlap = end
+                    .min(slice.end_ns)
+                    .saturating_sub(start.max(slice.start_ns));
+                (len > 0).then(|| (slice, overlap as f64 / len as f64))
+            })
+    }
+
     pub fn window(
         &self,
         timeline: &[TickSlice],
@@ -78,19 +100,7 @@ impl TimelineIndex {
         end: u64,
     ) -> HostWindow {
         let mut w = HostWindow::default();
-        let first = self.ends.partition_point(|&e| e <= start);
-        for slice in timeline.get(first..).unwrap_or(&[]) {
-            if slice.start_ns >= end {
-                break;
-            }
-            let len = slice.end_ns.saturating_sub(slice.start_ns);
-            if len == 0 {
-                continue;
-            }
-            let overlap = end
-                .min(slice.end_ns)
-                .saturating_sub(start.max(slice.start_ns));
-            let weight = overlap as f64 / len as f64;
+        for (slice, weight) in self.slices(timeline, start, end) {
             for d in &slice.threads {
                 let group = match roles.role(d.tid) {
                     Role::Feeder => &mut w.feeder,

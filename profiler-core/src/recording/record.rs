@@ -246,6 +246,13 @@ pub enum Record {
         call: String,
         detail: String,
     },
+    /// How fast one of the host's CPUs copies memory: `bytes` from one buffer to another in
+    /// `ns`, the best of a few tries at the start. What a pin-memory thread's copy of a batch
+    /// into page-locked memory costs. Readers before it skip it.
+    HostCopy {
+        bytes: u64,
+        ns: u64,
+    },
 }
 
 /// Stack samples counted by how far their unwind got and which walk gave it.

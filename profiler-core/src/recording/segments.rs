@@ -31,6 +31,7 @@ struct Closing {
 pub struct Segments {
     meta: Option<Meta>,
     host: Option<Record>,
+    host_copy: Option<Record>,
     unavailable: Vec<Record>,
     gpus: BTreeMap<u32, Record>,
     processes: BTreeMap<u32, Record>,
@@ -110,6 +111,7 @@ impl Segments {
         match record {
             Record::Meta(m) => self.meta = Some((**m).clone()),
             Record::Host { .. } => self.host = Some(record.clone()),
+            Record::HostCopy { .. } => self.host_copy = Some(record.clone()),
             Record::Unavailable { .. } if !self.unavailable.contains(record) => {
                 self.unavailable.push(record.clone());
             }
@@ -249,6 +251,7 @@ impl Segments {
             })));
         }
         out.extend(self.host.clone());
+        out.extend(self.host_copy.clone());
         out.extend(self.unavailable.iter().cloned());
         out.extend(self.gpus.values().cloned());
         for (pid, p) in &self.processes {

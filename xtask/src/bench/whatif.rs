@@ -737,7 +737,19 @@ fn fmt_x(v: Option<f64>) -> String {
 
 /// A prediction's error against the measured speedup of the same cause's fix, as a fraction.
 fn error(p: &Prediction, m: &Measured) -> Option<f64> {
-    Some(p.what_if(&m.cause)?.speedup / m.speedup() - 1.0)
+    Some(predicted_speedup(p, &m.cause)? / m.speedup() - 1.0)
+}
+
+/// What the report predicts from fixing `cause`: its what-if; or no gain at all (1.0x) where
+/// the cause lost too little of the GPU's time to get one, which is what the report says by
+/// leaving it out; `None` where it found no steps to predict over.
+fn predicted_speedup(p: &Prediction, cause: &str) -> Option<f64> {
+    if let Some(w) = p.what_if(cause) {
+        return Some(w.speedup);
+    }
+    let lost = p.lost.get(cause).copied().unwrap_or(0.0);
+    (p.steps_found.is_some_and(|n| n > 0) && lost < profiler_core::attribution::what_if::MIN_SHARE)
+        .then_some(1.0)
 }
 
 /// The steps found against the job's own: within 10%, or the one step whose sync was in
@@ -845,7 +857,10 @@ fn print_table(chosen: &[&'static Scenario], outcomes: &BTreeMap<&'static str, V
                         .map(|(p, _)| p.lost.get(&cause).copied().unwrap_or(0.0) * 100.0)
                         .collect(),
                 );
-                format!("no prediction ({cause} lost {:.1}%)", lost.unwrap_or(0.0))
+                format!(
+                    "no gain: 1.00x ({cause} lost {:.1}%, no what-if)",
+                    lost.unwrap_or(0.0)
+                )
             } else {
                 format!(
                     "{} ({}–{}){}",

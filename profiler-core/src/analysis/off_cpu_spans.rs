@@ -1,0 +1,121 @@
+//! When the threads that call CUDA were off their CPU, exactly, as their off-CPU samples say.
+//!
+//! The tick timeline says how long a thread was off-CPU per tick (50 ms), not when inside
+//! it: a step of 40–80 ms split by ticks prorates the feeder's sleep over both steps a tick
+//! spans, and one step's input wait lands in its neighbour's host time. The off-CPU samples
+//! carry their switch-out and their length, so where one was taken the time is known
+//! exactly; only the feeders need it, so only threads seen calling CUDA are kept (a few
+//! hundred spans a second at most: one per sampling interval).
+use crate::fxhash::{FxHashMap, FxHashSet};
+
+/// An off-CPU period: `[start, start + len)`, CLOCK_MONOTONIC ns.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+struct Span {
+    start: u64,
+    len: u64,
+}
+
+impl Span {
+    fn end(&self) -> u64 {
+        self.start.saturating_add(self.len)
+    }
+}
+
+/// Off-CPU spans by thread, for the threads that call CUDA.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct OffCpuSpans {
+    callers: FxHashSet<u32>,
+    by_tid: FxHashMap<u32, Vec<Span>>,
+}
+
+impl OffCpuSpans {
+    /// `tid` called CUDA: its off-CPU samples from now on are kept.
+    pub fn calls_cuda(&mut self, tid: u32) {
+        self.callers.insert(tid);
+    }
+
+    pub fn off_cpu_sample(&mut self, ts_ns: u64, tid: u32, duration_ns: u64) {
+        if duration_ns > 0 && self.callers.contains(&tid) {
+            self.by_tid.entry(tid).or_default().push(Span {
+                start: ts_ns,
+                len: duration_ns,
+            });
+        }
+    }
+
+    /// Sorts the spans; queries need this first. Spans of one thread cannot overlap, but a
+    /// damaged file may say they do: the later one is cut where the earlier ends.
+    pub fn finish(&mut self) {
+        for spans in self.by_tid.values_mut() {
+            spans.sort_unstable();
+            let mut last_end = 0;
+            spans.retain_mut(|s| {
+                if s.start < last_end {
+                    s.len = s.end().saturating_sub(last_end);
+                    s.start = last_end;
+                }
+                last_end = last_end.max(s.end());
+                s.len > 0
+            });
+        }
+    }
+
+    /// Whether any span of `tid` was kept.
+    pub fn has(&self, tid: u32) -> bool {
+        self.by_tid.get(&tid).is_some_and(|s| !s.is_empty())
+    }
+
+    /// How long the samples of `tid` say it was off its CPU inside `[start, end)`.
+    pub fn inside(&self, tid: u32, start: u64, end: u64) -> u64 {
+        let Some(spans) = self.by_tid.get(&tid) else {
+            return 0;
+        };
+        // The first span that ends after `start`: spans are sorted and disjoint, so their
+        // ends are sorted too.
+        let first = spans.partition_point(|s| s.end() <= start);
+        spans[first..]
+            .iter()
+            .take_while(|s| s.start < end)
+            .map(|s| s.end().min(end).saturating_sub(s.start.max(start)))
+            .sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_cuda_callers_are_kept_and_windows_cut_spans_at_their_edges() {
+        let mut s = OffCpuSpans::default();
+        s.off_cpu_sample(0, 1, 50);
+        s.calls_cuda(1);
+        s.off_cpu_sample(300, 1, 100);
+        s.off_cpu_sample(100, 1, 50);
+        s.off_cpu_sample(100, 2, 50);
+        s.finish();
+        assert!(s.has(1) && !s.has(2));
+        assert_eq!(s.inside(1, 0, 1000), 150);
+        assert_eq!(
+            s.inside(1, 0, 100),
+            0,
+            "the span before the thread called CUDA"
+        );
+        assert_eq!(s.inside(1, 120, 350), 30 + 50);
+        assert_eq!(s.inside(1, 150, 300), 0);
+        assert_eq!(s.inside(2, 0, 1000), 0);
+    }
+
+    #[test]
+    fn overlapping_spans_from_a_damaged_file_count_once() {
+        let mut s = OffCpuSpans::default();
+        s.calls_cuda(1);
+        s.off_cpu_sample(0, 1, 100);
+        s.off_cpu_sample(50, 1, 100);
+        s.off_cpu_sample(60, 1, 10);
+        s.off_cpu_sample(u64::MAX - 5, 1, 100);
+        s.finish();
+        assert_eq!(s.inside(1, 0, 200), 150);
+        assert_eq!(s.inside(1, u64::MAX - 10, u64::MAX), 5);
+    }
+}
