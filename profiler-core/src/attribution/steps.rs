@@ -376,9 +376,15 @@ fn off_cpu_inside(tid: u32, start: u64, end: u64, l: &Lookups<'_>) -> f64 {
             let d = slice.threads.iter().find(|d| d.tid == tid)?;
             let off = d.blocked_ns.saturating_add(d.io_wait_ns);
             let caught = l.off_cpu.inside(tid, slice.start_ns, slice.end_ns);
-            let uncovered = (slice.end_ns - slice.start_ns).saturating_sub(caught);
+            let uncovered = slice
+                .end_ns
+                .saturating_sub(slice.start_ns)
+                .saturating_sub(caught);
             let (lo, hi) = (start.max(slice.start_ns), end.min(slice.end_ns));
-            let uncovered_inside = (hi - lo).saturating_sub(l.off_cpu.inside(tid, lo, hi));
+            // A damaged file's slice may end before it starts, or lie outside the window.
+            let uncovered_inside = hi
+                .saturating_sub(lo)
+                .saturating_sub(l.off_cpu.inside(tid, lo, hi));
             (uncovered > 0).then(|| {
                 off.saturating_sub(caught) as f64 * uncovered_inside as f64 / uncovered as f64
             })
@@ -686,6 +692,43 @@ mod tests {
             off_cpu: &spans,
         };
         find(&calls, &roles(), &lookups, (0, 10_000 * MS)).parts
+    }
+
+    /// A damaged file's steps may run backwards, its ticks out of order: the fuzzer found
+    /// the window cut of a tick underflowing when the window ends before it starts.
+    #[test]
+    fn a_window_that_ends_before_it_starts_counts_nothing_inside() {
+        let ticks = [
+            TickSlice {
+                start_ns: 0,
+                end_ns: 100,
+                threads: vec![],
+            },
+            TickSlice {
+                start_ns: 100,
+                end_ns: 500,
+                threads: vec![ThreadDelta {
+                    tid: FEEDER,
+                    blocked_ns: 300,
+                    ..ThreadDelta::default()
+                }],
+            },
+        ];
+        let mut spans = OffCpuSpans::default();
+        spans.calls_cuda(FEEDER);
+        spans.off_cpu_sample(250, FEEDER, 10);
+        spans.finish();
+        let index = TimelineIndex::new(&ticks);
+        let waits = WaitIndex::new(&[]);
+        let lookups = Lookups {
+            timeline: &ticks,
+            index: &index,
+            waits: &waits,
+            link_gbps: 10.0,
+            off_cpu: &spans,
+        };
+        assert_eq!(off_cpu_inside(FEEDER, 400, 150, &lookups), 0.0);
+        assert!(off_cpu_inside(FEEDER, 150, 400, &lookups) > 10.0);
     }
 
     /// The bench's real PyTorch jobs stepped every 40-80 ms under 50 ms ticks: prorating
