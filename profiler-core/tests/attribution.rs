@@ -68,12 +68,12 @@ fn job_start() -> [Record; 2] {
             tick_ns: TICK,
             ..Meta::default()
         })),
-        Record::Gpu(GpuInfo {
+        Record::Gpu(Box::new(GpuInfo {
             index: 0,
             name: "test GPU".into(),
             target_pids: vec![FEEDER],
             ..GpuInfo::default()
-        }),
+        })),
     ]
 }
 
@@ -335,7 +335,7 @@ fn host_work(attach_ms: u64) -> Vec<Record> {
 
 /// A 10 µs copy by the feeder at `ts_ns`.
 fn first_call(ts_ns: u64) -> Record {
-    Record::CudaCall(profiler_core::recording::record::CudaCall {
+    Record::CudaCall(Box::new(profiler_core::recording::record::CudaCall {
         tid: FEEDER,
         pid: FEEDER,
         start_ns: ts_ns,
@@ -351,7 +351,7 @@ fn first_call(ts_ns: u64) -> Record {
         },
         status: 0,
         caller: String::new(),
-    })
+    }))
 }
 
 #[test]
@@ -547,7 +547,7 @@ fn a_sync_still_waiting_when_the_recording_ends_is_a_wait_not_an_error() {
     // The feeder spins in one sync from 1 s to the end (a hung collective, say): the recorder
     // writes it as ending with the recording, status IN_PROGRESS.
     let mut records = host_work(0);
-    records.push(Record::CudaCall(
+    records.push(Record::CudaCall(Box::new(
         profiler_core::recording::record::CudaCall {
             tid: FEEDER,
             pid: FEEDER,
@@ -561,7 +561,7 @@ fn a_sync_still_waiting_when_the_recording_ends_is_a_wait_not_an_error() {
             status: profiler_core::recording::record::IN_PROGRESS,
             caller: String::new(),
         },
-    ));
+    )));
     let a = analyze(records).analyzed(LoadInfo::default());
     let wait = a
         .analysis

@@ -70,7 +70,7 @@ fn stack(id: u32, frames: &[&str]) -> Record {
 }
 
 fn gpu(index: u32, pids: &[u32]) -> Record {
-    Record::Gpu(GpuInfo {
+    Record::Gpu(Box::new(GpuInfo {
         index,
         name: "NVIDIA H100 80GB HBM3".into(),
         uuid: format!("GPU-0000000{index}-seed"),
@@ -80,11 +80,11 @@ fn gpu(index: u32, pids: &[u32]) -> Record {
         pcie_max_width: 16,
         memory_total_bytes: 80 << 30,
         target_pids: pids.to_vec(),
-    })
+    }))
 }
 
 fn gpu_state(gpu: u32, ts_ns: u64, pcie_gen: u32, idle: bool) -> Record {
-    Record::GpuState(GpuState {
+    Record::GpuState(Box::new(GpuState {
         gpu,
         ts_ns,
         sm_clock_mhz: Some(1980),
@@ -99,7 +99,7 @@ fn gpu_state(gpu: u32, ts_ns: u64, pcie_gen: u32, idle: bool) -> Record {
         memory_used_bytes: Some(20 << 30),
         sm_active_pct: if idle { None } else { Some(80) },
         sm_occupancy_pct: Some(40),
-    })
+    }))
 }
 
 /// Threads' cumulative counters grown by one tick of (on, runqueue, io, blocked) fractions.
@@ -260,7 +260,7 @@ fn cpu_io() -> Vec<Record> {
             dropped: 0,
             received: 6,
         }),
-        Record::Unwinding(UnwindStats {
+        Record::Unwinding(Box::new(UnwindStats {
             complete: 40,
             truncated: 3,
             failed: 1,
@@ -270,15 +270,15 @@ fn cpu_io() -> Vec<Record> {
             dwarf_walks: 41,
             dwarf_ns: 2_000_000,
             warnings: vec!["/usr/lib/libstripped.so has no unwind information".into()],
-        }),
-        Record::PythonStacks(PythonStats {
+        })),
+        Record::PythonStacks(Box::new(PythonStats {
             processes: vec![(100, "3.11".into())],
             samples: 40,
             frames: 400,
             unreadable: 2,
             truncated: 1,
             warnings: vec!["python: PID 7 runs CPython 3.14".into()],
-        }),
+        })),
         Record::End {
             ts_ns: START + 650 * MS,
             reason: EndReason::TargetExited,
@@ -407,7 +407,7 @@ fn call_site(tid: u32, start_ns: u64) -> Record {
 }
 
 fn call(tid: u32, start_ns: u64, dur_ns: u64, api: &str, op: CudaOp) -> Record {
-    Record::CudaCall(CudaCall {
+    Record::CudaCall(Box::new(CudaCall {
         tid,
         pid: tid,
         start_ns,
@@ -416,7 +416,7 @@ fn call(tid: u32, start_ns: u64, dur_ns: u64, api: &str, op: CudaOp) -> Record {
         op,
         status: 0,
         caller: "train_step".into(),
-    })
+    }))
 }
 
 /// A feeder that stages pageable host-to-device copies and syncs, on a GPU whose PCIe link

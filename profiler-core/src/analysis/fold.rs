@@ -355,8 +355,8 @@ impl Analyzer {
                     total_ns,
                 });
             }
-            Record::Unwinding(stats) => self.unwinding = Some(stats),
-            Record::PythonStacks(stats) => self.python = Some(stats),
+            Record::Unwinding(stats) => self.unwinding = Some(*stats),
+            Record::PythonStacks(stats) => self.python = Some(*stats),
             Record::CudaCallSite {
                 tid,
                 start_ns,
@@ -370,7 +370,7 @@ impl Analyzer {
             }
             Record::Gpu(info) => {
                 let index = info.index;
-                self.gpus.entry(index).or_default().info = info;
+                self.gpus.entry(index).or_default().info = *info;
             }
             Record::GpuUtil {
                 gpu,
@@ -385,7 +385,7 @@ impl Analyzer {
                 });
             }
             Record::GpuState(state) => {
-                self.gpus.entry(state.gpu).or_default().states.push(state);
+                self.gpus.entry(state.gpu).or_default().states.push(*state);
             }
             Record::CudaProbes {
                 ts_ns,
@@ -416,7 +416,7 @@ impl Analyzer {
                     call.caller = python_caller(&site, &call.caller);
                 }
                 self.callers_off_cpu.calls_cuda(call.tid);
-                self.cuda_calls.push(call);
+                self.cuda_calls.push(*call);
             }
             Record::Launches {
                 ts_ns,

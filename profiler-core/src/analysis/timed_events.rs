@@ -214,6 +214,47 @@ impl<P: Copy> Buckets<P> {
     }
 }
 
+/// A sum per site, for the sites touched.
+struct SiteTotals {
+    sums: Vec<u64>,
+    touched: Vec<u32>,
+}
+
+impl SiteTotals {
+    fn new(sites: usize) -> Self {
+        Self {
+            sums: vec![0; sites],
+            touched: Vec::new(),
+        }
+    }
+
+    fn add(&mut self, site: u32, value: u64) {
+        let Some(sum) = self.sums.get_mut(site as usize) else {
+            return;
+        };
+        if *sum == 0 {
+            self.touched.push(site);
+        }
+        // Saturating: durations come from a file, which may be damaged. A sum stuck at 0
+        // (adding zeros) may list its site twice; `resolve` skips the zeros.
+        *sum = sum.saturating_add(value);
+    }
+
+    fn resolve(self, sites: &Sites<(u32, u32)>) -> Vec<(u32, u32, u64)> {
+        let mut seen = self.sums;
+        self.touched
+            .into_iter()
+            .filter_map(|site| {
+                let sum = std::mem::take(&mut seen[site as usize]);
+                (sum > 0).then(|| {
+                    let (tid, stack) = sites.get(site);
+                    (tid, stack, sum)
+                })
+            })
+            .collect()
+    }
+}
+
 /// Samples and IOs with their times.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct TimedEvents {
@@ -269,6 +310,31 @@ impl TimedEvents {
 
     pub fn is_empty(&self) -> bool {
         self.len() == (0, 0, 0)
+    }
+
+    /// Per (thread, stack), the CPU samples taken inside `ranges` (which must not overlap, or
+    /// a sample counts twice): (tid, stack, samples), in no particular order. Summed per site
+    /// before the site is looked up, since an hour's window holds millions of samples and
+    /// thousands of sites.
+    pub fn cpu_totals_in(&self, ranges: &[(u64, u64)]) -> Vec<(u32, u32, u64)> {
+        let mut totals = SiteTotals::new(self.stacks.values.len());
+        for &(start, end) in ranges {
+            for (_, p) in self.cpu.window(start, end) {
+                totals.add(p.site, 1);
+            }
+        }
+        totals.resolve(&self.stacks)
+    }
+
+    /// As [`TimedEvents::cpu_totals_in`], for the IO-wait samples: (tid, stack, ns waited).
+    pub fn io_wait_totals_in(&self, ranges: &[(u64, u64)]) -> Vec<(u32, u32, u64)> {
+        let mut totals = SiteTotals::new(self.stacks.values.len());
+        for &(start, end) in ranges {
+            for (_, p) in self.io_wait.window(start, end) {
+                totals.add(p.site, p.duration_ns.get());
+            }
+        }
+        totals.resolve(&self.stacks)
     }
 
     /// CPU samples taken in `[start, end)`, in no particular order.
@@ -356,6 +422,51 @@ mod tests {
         assert_eq!(got(6 * b + 1, 7 * b + 3), vec![]);
         assert_eq!(got(7 * b + 3, 7 * b + 3), vec![]);
         assert_eq!(t.len(), (6, 0, 0));
+    }
+
+    #[test]
+    fn totals_per_thread_and_stack_over_ranges_match_the_samples_one_by_one() {
+        let mut t = TimedEvents::default();
+        let b = 1u64 << BUCKET_SHIFT;
+        for i in 0..3000u64 {
+            let (tid, stack) = ((i % 3) as u32, (i % 7) as u32);
+            t.cpu_sample(i * b / 1000, tid, stack);
+            t.off_cpu_sample(i * b / 1000 + 1, tid, stack, i % 2 == 0, i);
+        }
+        t.off_cpu_sample(5, 9, 9, true, u64::MAX);
+        t.off_cpu_sample(6, 9, 9, true, u64::MAX);
+        t.finish();
+        let ranges = [(0, 7), (b / 2, b + 17), (2 * b, 2 * b + b / 3)];
+        let by_hand = |io: bool| {
+            let mut m: BTreeMap<(u32, u32), u64> = BTreeMap::new();
+            for &(s, e) in &ranges {
+                if io {
+                    for x in t.io_wait_in(s, e) {
+                        let v = m.entry((x.tid, x.stack)).or_default();
+                        *v = v.saturating_add(x.duration_ns);
+                    }
+                } else {
+                    for x in t.cpu_in(s, e) {
+                        *m.entry((x.tid, x.stack)).or_default() += 1;
+                    }
+                }
+            }
+            m.retain(|_, v| *v > 0);
+            m
+        };
+        let keyed = |v: Vec<(u32, u32, u64)>| -> BTreeMap<(u32, u32), u64> {
+            let n = v.len();
+            let m: BTreeMap<_, _> = v.into_iter().map(|(a, b, c)| ((a, b), c)).collect();
+            assert_eq!(m.len(), n, "each site once");
+            m
+        };
+        let cpu = keyed(t.cpu_totals_in(&ranges));
+        assert_eq!(cpu, by_hand(false));
+        assert!(cpu.len() > 10);
+        let io = keyed(t.io_wait_totals_in(&ranges));
+        assert_eq!(io, by_hand(true));
+        assert_eq!(io[&(9, 9)], u64::MAX, "saturates");
+        assert!(t.cpu_totals_in(&[]).is_empty());
     }
 
     #[test]

@@ -1,7 +1,6 @@
 //! The evidence behind a label: which threads did what during a stall, or during every window
 //! of one cause, the stacks sampled there, and the block IO seen there.
 use std::borrow::Cow;
-use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
@@ -9,6 +8,7 @@ use super::causes::{Cause, Metric, Speakers, Stacks};
 use super::roles::{Role, Roles};
 use crate::analysis::model::Analysis;
 use crate::analysis::percentiles::Percentiles;
+use crate::fxhash::FxHashMap;
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Evidence {
@@ -91,7 +91,7 @@ pub fn gather(
     cause: Cause,
     ranges: &[(u64, u64)],
 ) -> Evidence {
-    let mut per_thread: BTreeMap<u32, ThreadEvidence> = BTreeMap::new();
+    let mut per_thread: FxHashMap<u32, ThreadEvidence> = FxHashMap::default();
     for &(start, end) in ranges {
         add_thread_time(a, roles, start, end, &mut per_thread);
     }
@@ -109,19 +109,15 @@ pub fn gather(
     let mut weights: crate::fxhash::FxHashMap<u32, u64> = Default::default();
     let io_stacks = cause.spec().stacks == Stacks::IoWait;
     let unit = if io_stacks { "ns" } else { "samples" };
-    for &(start, end) in ranges {
-        if io_stacks {
-            for s in timed.io_wait_in(start, end) {
-                // Saturating: the durations come from a file, which may be damaged.
-                let w = weights.entry(s.stack).or_default();
-                *w = w.saturating_add(s.duration_ns);
-            }
-        } else {
-            for s in timed.cpu_in(start, end) {
-                if relevant(roles, cause, s.tid) {
-                    *weights.entry(s.stack).or_default() += 1;
-                }
-            }
+    let totals = if io_stacks {
+        timed.io_wait_totals_in(ranges)
+    } else {
+        timed.cpu_totals_in(ranges)
+    };
+    for (tid, stack, v) in totals {
+        if io_stacks || relevant(roles, cause, tid) {
+            let w = weights.entry(stack).or_default();
+            *w = w.saturating_add(v);
         }
     }
     let no_frames = Vec::new();
@@ -172,7 +168,7 @@ fn add_thread_time(
     roles: &Roles,
     start: u64,
     end: u64,
-    per_thread: &mut BTreeMap<u32, ThreadEvidence>,
+    per_thread: &mut FxHashMap<u32, ThreadEvidence>,
 ) {
     // Slices are in time order and do not overlap.
     let first = a.timeline.partition_point(|s| s.end_ns <= start);

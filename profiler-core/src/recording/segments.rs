@@ -168,13 +168,13 @@ impl Segments {
             }
             Record::Unwinding(u) => {
                 let since = unwinding_since(u, &self.prior.unwinding);
-                self.closing.unwinding = u.clone();
-                return Some(Cow::Owned(Record::Unwinding(since)));
+                self.closing.unwinding = (**u).clone();
+                return Some(Cow::Owned(Record::Unwinding(Box::new(since))));
             }
             Record::PythonStacks(p) => {
                 let since = python_since(p, &self.prior.python);
-                self.closing.python = p.clone();
-                return Some(Cow::Owned(Record::PythonStacks(since)));
+                self.closing.python = (**p).clone();
+                return Some(Cow::Owned(Record::PythonStacks(Box::new(since))));
             }
             Record::PageCacheFile {
                 tid,
@@ -519,11 +519,11 @@ mod tests {
             bytes,
         };
         let unwinding = |complete, warnings: &[&str]| {
-            Record::Unwinding(UnwindStats {
+            Record::Unwinding(Box::new(UnwindStats {
                 complete,
                 warnings: warnings.iter().map(|w| w.to_string()).collect(),
                 ..UnwindStats::default()
-            })
+            }))
         };
         through(
             &mut s,
@@ -535,11 +535,11 @@ mod tests {
         assert_eq!(
             s.pass(&unwinding(130, &["libx: no CFI", "liby: unreadable"]))
                 .map(Cow::into_owned),
-            Some(Record::Unwinding(UnwindStats {
+            Some(Record::Unwinding(Box::new(UnwindStats {
                 complete: 30,
                 warnings: vec!["liby: unreadable".into()],
                 ..UnwindStats::default()
-            }))
+            })))
         );
         s.begin(200, 0);
         assert_eq!(

@@ -57,33 +57,14 @@ pub fn cause_stacks(
             _ => merged.push((start, end)),
         }
     }
-    // Millions of samples, thousands of distinct (thread, stack) pairs: sum into dense
-    // per-thread arrays, and ask about each thread's role once.
-    let mut by_thread: crate::fxhash::FxHashMap<u32, crate::analysis::stack_samples::StackTotals> =
-        Default::default();
-    let mut budget = crate::analysis::stack_samples::DENSE_CELL_BUDGET;
-    let mut add = |tid: u32, stack: u32, value: u64| {
-        by_thread
-            .entry(tid)
-            .or_default()
-            .add(stack, value, &mut budget);
+    let totals = if cause.spec().stacks == Stacks::IoWait {
+        timed.io_wait_totals_in(&merged)
+    } else {
+        timed.cpu_totals_in(&merged)
     };
-    for (start, end) in merged {
-        if cause.spec().stacks == Stacks::IoWait {
-            for s in timed.io_wait_in(start, end) {
-                add(s.tid, s.stack, s.duration_ns);
-            }
-        } else {
-            for s in timed.cpu_in(start, end) {
-                add(s.tid, s.stack, 1);
-            }
-        }
-    }
-    for (tid, totals) in by_thread {
-        if relevant(&attr.roles, cause, tid) {
-            out.totals
-                .extend(totals.into_totals().map(|(stack, v)| (tid, stack, v)));
-        }
-    }
+    out.totals = totals
+        .into_iter()
+        .filter(|&(tid, _, _)| relevant(&attr.roles, cause, tid))
+        .collect();
     out
 }

@@ -216,7 +216,7 @@ pub fn fixture() -> Vec<Record> {
             dropped: 0,
             received: 50,
         }),
-        Record::Unwinding(UnwindStats {
+        Record::Unwinding(Box::new(UnwindStats {
             complete: 90,
             truncated: 8,
             failed: 2,
@@ -226,7 +226,7 @@ pub fn fixture() -> Vec<Record> {
             dwarf_walks: 92,
             dwarf_ns: 4_500_000,
             warnings: vec!["/opt/lib/libstripped.so has no unwind information".into()],
-        }),
+        })),
         Record::End {
             ts_ns: t(350),
             reason: EndReason::TargetExited,

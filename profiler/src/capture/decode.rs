@@ -403,7 +403,7 @@ impl Decoder {
 
     fn cuda_call(&mut self, c: &Call) -> Option<Record> {
         let api = profiler_core::cuda::APIS.get(c.cookie as u32 as usize)?;
-        Some(Record::CudaCall(record::CudaCall {
+        Some(Record::CudaCall(Box::new(record::CudaCall {
             tid: c.tid,
             pid: c.pid,
             start_ns: c.start_ns,
@@ -412,7 +412,7 @@ impl Decoder {
             op: api.decode(&c.args, c.out),
             status: c.status,
             caller: self.namer.name_return_address(c.pid, c.caller),
-        }))
+        })))
     }
 
     /// A new segment file starts: the stacks its samples use are written into it again.

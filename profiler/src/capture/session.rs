@@ -544,10 +544,11 @@ impl Session {
             self.sink.write(&Record::Loss(loss))?;
         }
         self.sink
-            .write(&Record::Unwinding(self.decoder.unwind_stats()))?;
+            .write(&Record::Unwinding(Box::new(self.decoder.unwind_stats())))?;
         if self.python {
-            self.sink
-                .write(&Record::PythonStacks(self.decoder.python.stats.clone()))?;
+            self.sink.write(&Record::PythonStacks(Box::new(
+                self.decoder.python.stats.clone(),
+            )))?;
         }
         Ok(())
     }

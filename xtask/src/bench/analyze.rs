@@ -90,14 +90,14 @@ fn generate(path: &Path) -> anyhow::Result<u64> {
     put(&mut w, Record::Host { cpus: CPUS as u32 })?;
     put(
         &mut w,
-        Record::Gpu(GpuInfo {
+        Record::Gpu(Box::new(GpuInfo {
             index: 0,
             name: "bench GPU".into(),
             target_pids: vec![FEEDER],
             pcie_max_gen: 5,
             pcie_max_width: 16,
             ..GpuInfo::default()
-        }),
+        })),
     )?;
     for (tid, pid, comm) in threads() {
         put(

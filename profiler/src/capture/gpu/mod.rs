@@ -136,7 +136,7 @@ fn run(
             }
             for w in watched.iter_mut() {
                 if let Ok(d) = nvml.device_by_index(w.index) {
-                    let _ = tx.send(Record::GpuState(state(&d, w.index)));
+                    let _ = tx.send(Record::GpuState(Box::new(state(&d, w.index))));
                     process_util(&d, w, &traced, &tx);
                 }
             }
@@ -149,13 +149,13 @@ fn run(
                     let (active, occupancy) = sm_activity(&nvml, &d, prev);
                     if active.is_some() {
                         // A state holding only GPM: readers take each field where it is set.
-                        let _ = tx.send(Record::GpuState(GpuState {
+                        let _ = tx.send(Record::GpuState(Box::new(GpuState {
                             gpu: w.index,
                             ts_ns: crate::capture::clock::monotonic_ns(),
                             sm_active_pct: active,
                             sm_occupancy_pct: occupancy,
                             ..GpuState::default()
-                        }));
+                        })));
                     }
                 }
             }
@@ -183,6 +183,6 @@ fn announce(watched: &[Watched], tx: &Sender<Record>, announced: &mut bool) {
     }
     *announced = true;
     for w in watched {
-        let _ = tx.send(Record::Gpu(w.info.clone()));
+        let _ = tx.send(Record::Gpu(Box::new(w.info.clone())));
     }
 }
