@@ -63,6 +63,20 @@ fn role_name(r: Role) -> &'static str {
     }
 }
 
+/// The samples `cause`'s stacks are drawn from inside `ranges` (see
+/// [`Stacks`]), per (thread, stack): (tid, stack, samples or IO-wait ns).
+pub fn stack_totals(
+    timed: &crate::analysis::timed_events::TimedEvents,
+    cause: Cause,
+    ranges: &[(u64, u64)],
+) -> Vec<(u32, u32, u64)> {
+    if cause.spec().stacks == Stacks::IoWait {
+        timed.io_wait_totals_in(ranges)
+    } else {
+        timed.cpu_totals_in(ranges)
+    }
+}
+
 /// Whether a thread's samples speak for `cause`.
 pub fn relevant(roles: &Roles, cause: Cause, tid: u32) -> bool {
     match cause.spec().speakers {
@@ -106,15 +120,10 @@ pub fn gather(
     });
     threads.truncate(TOP_THREADS);
 
-    let mut weights: crate::fxhash::FxHashMap<u32, u64> = Default::default();
+    let mut weights: FxHashMap<u32, u64> = Default::default();
     let io_stacks = cause.spec().stacks == Stacks::IoWait;
     let unit = if io_stacks { "ns" } else { "samples" };
-    let totals = if io_stacks {
-        timed.io_wait_totals_in(ranges)
-    } else {
-        timed.cpu_totals_in(ranges)
-    };
-    for (tid, stack, v) in totals {
+    for (tid, stack, v) in stack_totals(timed, cause, ranges) {
         if io_stacks || relevant(roles, cause, tid) {
             let w = weights.entry(stack).or_default();
             *w = w.saturating_add(v);

@@ -576,17 +576,28 @@ mod tests {
         }
     }
 
-    fn run(calls: &[CudaCall], timeline: &[TickSlice], waits: &[HostWait], span: u64) -> Found {
-        let index = TimelineIndex::new(timeline);
+    /// Runs `f` with the lookups of `ticks`, `waits` and `off_cpu`, on a 10 GB/s link.
+    fn with_lookups<R>(
+        ticks: &[TickSlice],
+        waits: &[HostWait],
+        off_cpu: &OffCpuSpans,
+        f: impl FnOnce(&Lookups<'_>) -> R,
+    ) -> R {
+        let index = TimelineIndex::new(ticks);
         let waits = WaitIndex::new(waits);
-        let lookups = Lookups {
-            timeline,
+        f(&Lookups {
+            timeline: ticks,
             index: &index,
             waits: &waits,
             link_gbps: 10.0,
-            off_cpu: &OffCpuSpans::default(),
-        };
-        find(calls, &roles(), &lookups, (0, span))
+            off_cpu,
+        })
+    }
+
+    fn run(calls: &[CudaCall], timeline: &[TickSlice], waits: &[HostWait], span: u64) -> Found {
+        with_lookups(timeline, waits, &OffCpuSpans::default(), |l| {
+            find(calls, &roles(), l, (0, span))
+        })
     }
 
     /// A step every 100 ms for 10 s: blocked 50 ms waiting for a batch, 10 ms of host work
@@ -682,16 +693,9 @@ mod tests {
             spans.off_cpu_sample(i * 100 * MS, FEEDER, 50 * MS);
         }
         spans.finish();
-        let index = TimelineIndex::new(&ticks);
-        let waits = WaitIndex::new(&waits);
-        let lookups = Lookups {
-            timeline: &ticks,
-            index: &index,
-            waits: &waits,
-            link_gbps: 10.0,
-            off_cpu: &spans,
-        };
-        find(&calls, &roles(), &lookups, (0, 10_000 * MS)).parts
+        with_lookups(&ticks, &waits, &spans, |l| {
+            find(&calls, &roles(), l, (0, 10_000 * MS)).parts
+        })
     }
 
     /// A damaged file's steps may run backwards, its ticks out of order: the fuzzer found
@@ -718,17 +722,10 @@ mod tests {
         spans.calls_cuda(FEEDER);
         spans.off_cpu_sample(250, FEEDER, 10);
         spans.finish();
-        let index = TimelineIndex::new(&ticks);
-        let waits = WaitIndex::new(&[]);
-        let lookups = Lookups {
-            timeline: &ticks,
-            index: &index,
-            waits: &waits,
-            link_gbps: 10.0,
-            off_cpu: &spans,
-        };
-        assert_eq!(off_cpu_inside(FEEDER, 400, 150, &lookups), 0.0);
-        assert!(off_cpu_inside(FEEDER, 150, 400, &lookups) > 10.0);
+        with_lookups(&ticks, &[], &spans, |l| {
+            assert_eq!(off_cpu_inside(FEEDER, 400, 150, l), 0.0);
+            assert!(off_cpu_inside(FEEDER, 150, 400, l) > 10.0);
+        });
     }
 
     /// The bench's real PyTorch jobs stepped every 40-80 ms under 50 ms ticks: prorating
@@ -906,16 +903,9 @@ mod tests {
                 feeders: [FEEDER].into(),
                 workers: workers.iter().copied().collect(),
             };
-            let index = TimelineIndex::new(&[]);
-            let waits = WaitIndex::new(&[]);
-            let lookups = Lookups {
-                timeline: &[],
-                index: &index,
-                waits: &waits,
-                link_gbps: 10.0,
-                off_cpu: &OffCpuSpans::default(),
-            };
-            find(&calls, &roles, &lookups, (0, t)).steps.count
+            with_lookups(&[], &[], &OffCpuSpans::default(), |l| {
+                find(&calls, &roles, l, (0, t)).steps.count
+            })
         };
         assert_eq!(index_of(&[20]), 0, "one worker: no burst to look through");
         assert_eq!(index_of(&[20, 21]), intervals.len() as u64 + 1);
@@ -939,16 +929,9 @@ mod tests {
             feeders: [FEEDER].into(),
             workers: [20, 21].into(),
         };
-        let index = TimelineIndex::new(&[]);
-        let waits = WaitIndex::new(&[]);
-        let lookups = Lookups {
-            timeline: &[],
-            index: &index,
-            waits: &waits,
-            link_gbps: 10.0,
-            off_cpu: &OffCpuSpans::default(),
-        };
-        let f = find(&calls, &roles, &lookups, (0, t));
+        let f = with_lookups(&[], &[], &OffCpuSpans::default(), |l| {
+            find(&calls, &roles, l, (0, t))
+        });
         assert_eq!(f.steps.count, 0, "{:?}", f.steps);
     }
 

@@ -2,7 +2,10 @@
 //! they are still held: the pipeline frees them right after the attribution, and the flame
 //! graphs are drawn later from these totals.
 use crate::analysis::timed_events::TimedEvents;
-use crate::attribution::{Attribution, Cause, Stacks, evidence::relevant};
+use crate::attribution::{
+    Attribution, Cause,
+    evidence::{relevant, stack_totals},
+};
 
 /// One cause's samples summed per thread and stack, before any text is built: all a cause's
 /// flame graph needs of the timed samples, so those can be freed before rendering.
@@ -57,12 +60,7 @@ pub fn cause_stacks(
             _ => merged.push((start, end)),
         }
     }
-    let totals = if cause.spec().stacks == Stacks::IoWait {
-        timed.io_wait_totals_in(&merged)
-    } else {
-        timed.cpu_totals_in(&merged)
-    };
-    out.totals = totals
+    out.totals = stack_totals(timed, cause, &merged)
         .into_iter()
         .filter(|&(tid, _, _)| relevant(&attr.roles, cause, tid))
         .collect();
