@@ -110,11 +110,8 @@ pub fn attribute<R: Send>(
         mut analysis,
         timed,
     } = folded;
-    let events = keep.timeline.then(|| {
-        let tick = analysis.meta.as_ref().map_or(0, |m| m.tick_ns);
-        TimelineEvents::keep(&timed, tick)
-    });
-    let (attribution, causes, beside) = std::thread::scope(|scope| {
+    let tick = analysis.meta.as_ref().map_or(0, |m| m.tick_ns);
+    let (attribution, causes, events, beside) = std::thread::scope(|scope| {
         let beside = scope.spawn(|| alongside(&analysis));
         let attribution = attribute_with(&analysis, &timed, calibration);
         let causes: Vec<CauseStacks> = if keep.cause_stacks {
@@ -125,13 +122,13 @@ pub fn attribute<R: Send>(
         } else {
             Vec::new()
         };
-        // The timed samples are the bulk of a long recording's memory: what comes after
-        // reuses it.
-        drop(timed);
+        // The timed samples are the bulk of a long recording's memory: the timeline keeps
+        // its CPU samples as they are stored, and what comes after reuses the rest.
+        let events = keep.timeline.then(|| TimelineEvents::keep(timed, tick));
         let beside = beside
             .join()
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-        (attribution, causes, beside)
+        (attribution, causes, events, beside)
     });
     // The tick slices (tens of megabytes for an hour) serve the attribution and the timeline
     // lanes; without the lanes, what comes after (the flame graphs) reuses their memory.

@@ -129,7 +129,19 @@ pub fn timeline(
     stem: &str,
     input: &Inputs<'_, '_>,
 ) -> anyhow::Result<()> {
-    let formats = out.file_formats();
+    timeline_where(out, dir, stem, input, |_| true)
+}
+
+/// As [`timeline`], for the formats `which` accepts.
+pub fn timeline_where(
+    out: &Outputs,
+    dir: &Path,
+    stem: &str,
+    input: &Inputs<'_, '_>,
+    which: impl Fn(Format) -> bool,
+) -> anyhow::Result<()> {
+    let mut formats = out.file_formats();
+    formats.retain(|&f| which(f));
     if formats.is_empty() {
         return Ok(());
     }

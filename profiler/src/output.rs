@@ -193,30 +193,42 @@ fn render_one(recording: &Path, out: &Outputs, segment: Option<u32>) -> anyhow::
     let events = analyzed.events.take();
     let causes = std::mem::take(&mut analyzed.causes);
     let report = analyzed.report();
-    // Before the report: the agent takes a segment's folded stacks when its report comes.
-    let drawn = flamegraphs(recording, out, &report, &causes);
-    drop(causes);
-    let stdout = std::io::stdout();
-    let mut stdout = stdout.lock();
-    match segment {
-        None => {
-            stdout_renderer(out)?.render(&Inputs::report(Subject::One(&report)), &mut stdout)?
-        }
-        Some(n) => write_segment(&report, out, n, recording, &mut stdout)?,
-    }
-    stdout.flush()?;
-    drop(stdout);
-    let graphs: &[Flamegraph] = drawn.as_deref().unwrap_or(&[]);
-    let files = events.map_or(Ok(()), |events| {
-        let lanes = [analyzed.lanes(events)];
-        let (dir, stem) = place(recording, out);
-        let input = Inputs {
-            lanes: &lanes,
-            graphs,
-            ..Inputs::report(Subject::One(&report))
-        };
-        files::timeline(out, &dir, &stem, &input)
+    let (dir, stem) = place(recording, out);
+    let (drawn, files) = std::thread::scope(|scope| {
+        // The timeline's lanes are built, and the files that hold no flame graph (the
+        // Perfetto trace) written, while the flame graphs are drawn.
+        let timeline = events.map(|events| {
+            scope.spawn(|| {
+                let lanes = [analyzed.lanes(events)];
+                let input = Inputs {
+                    lanes: &lanes,
+                    ..Inputs::report(Subject::One(&report))
+                };
+                let written =
+                    files::timeline_where(out, &dir, &stem, &input, |f| !f.embeds_flamegraphs());
+                (lanes, written)
+            })
+        });
+        // Before the report: the agent takes a segment's folded stacks when its report comes.
+        let drawn = flamegraphs(recording, out, &report, &causes);
+        let reported = report_on_stdout(&report, out, segment, recording);
+        let files = timeline.map_or(Ok(()), |t| {
+            let (lanes, written) = t
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            let graphs: &[Flamegraph] = drawn.as_deref().unwrap_or(&[]);
+            let input = Inputs {
+                lanes: &lanes,
+                graphs,
+                ..Inputs::report(Subject::One(&report))
+            };
+            written.and(files::timeline_where(out, &dir, &stem, &input, |f| {
+                f.embeds_flamegraphs()
+            }))
+        });
+        (drawn, reported.and(files))
     });
+    drop(causes);
     drop(report);
     if segment.is_none() {
         // Freeing an hour's model piece by piece takes a tenth of a second; the process is
@@ -225,4 +237,20 @@ fn render_one(recording: &Path, out: &Outputs, segment: Option<u32>) -> anyhow::
     }
     drawn?;
     files
+}
+
+fn report_on_stdout(
+    report: &Report,
+    out: &Outputs,
+    segment: Option<u32>,
+    recording: &Path,
+) -> anyhow::Result<()> {
+    let stdout = std::io::stdout();
+    let mut stdout = stdout.lock();
+    match segment {
+        None => stdout_renderer(out)?.render(&Inputs::report(Subject::One(report)), &mut stdout)?,
+        Some(n) => write_segment(report, out, n, recording, &mut stdout)?,
+    }
+    stdout.flush()?;
+    Ok(())
 }

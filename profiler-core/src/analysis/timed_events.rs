@@ -255,6 +255,42 @@ impl SiteTotals {
     }
 }
 
+/// The CPU samples alone, as [`TimedEvents`] stores them: what the timeline keeps once the
+/// attribution is done, without copying millions of samples out.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CpuSamples {
+    cpu: Buckets<CpuPayload>,
+    stacks: Sites<(u32, u32)>,
+}
+
+impl CpuSamples {
+    pub fn len(&self) -> usize {
+        self.cpu.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Every sample, bucket by bucket (about a second each) in time order; in a bucket, in
+    /// the order they were read.
+    pub fn iter(&self) -> impl Iterator<Item = TimedCpuSample> + '_ {
+        self.cpu.window(0, u64::MAX).map(|(ts_ns, p)| {
+            let (tid, stack) = self.stacks.get(p.site);
+            TimedCpuSample { ts_ns, tid, stack }
+        })
+    }
+
+    /// Keeps the samples of the threads `keep` accepts, asked once per (thread, stack) site.
+    pub fn retain_threads(&mut self, keep: impl Fn(u32) -> bool) {
+        let kept: Vec<bool> = self.stacks.values.iter().map(|&(t, _)| keep(t)).collect();
+        for entries in self.cpu.closed.values_mut() {
+            entries.retain(|e| kept[e.payload.site as usize]);
+        }
+        self.cpu.closed.retain(|_, entries| !entries.is_empty());
+    }
+}
+
 /// Samples and IOs with their times.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct TimedEvents {
@@ -292,6 +328,14 @@ impl TimedEvents {
             latency_ns: Split::new(latency_ns),
         };
         self.block_io.push(ts_ns, payload);
+    }
+
+    /// The CPU samples, the rest dropped.
+    pub fn into_cpu_samples(self) -> CpuSamples {
+        CpuSamples {
+            cpu: self.cpu,
+            stacks: self.stacks,
+        }
     }
 
     /// Closes the buckets still open; queries need this first.
@@ -422,6 +466,34 @@ mod tests {
         assert_eq!(got(6 * b + 1, 7 * b + 3), vec![]);
         assert_eq!(got(7 * b + 3, 7 * b + 3), vec![]);
         assert_eq!(t.len(), (6, 0, 0));
+    }
+
+    #[test]
+    fn the_cpu_samples_kept_alone_are_the_samples_in_time_order_less_the_threads_left_out() {
+        let mut t = TimedEvents::default();
+        let b = 1u64 << BUCKET_SHIFT;
+        // Out of order across buckets, as CPUs interleave; one thread alone in a bucket.
+        for i in (0..2000u64).rev() {
+            t.cpu_sample(i * b / 400, (i % 4) as u32, (i % 5) as u32);
+        }
+        t.cpu_sample(9 * b, 3, 1);
+        t.block_io(7, 1, false, 4096, 10);
+        t.finish();
+        let all: Vec<TimedCpuSample> = t.cpu_in(0, u64::MAX).collect();
+        let mut samples = t.into_cpu_samples();
+        assert_eq!(samples.iter().collect::<Vec<_>>(), all);
+        assert_eq!(samples.len(), 2001);
+        samples.retain_threads(|tid| tid != 3);
+        let kept: Vec<TimedCpuSample> = all.iter().copied().filter(|s| s.tid != 3).collect();
+        assert_eq!(samples.iter().collect::<Vec<_>>(), kept);
+        assert_eq!(samples.len(), 1500);
+        assert!(
+            kept.windows(2)
+                .all(|w| w[0].ts_ns >> BUCKET_SHIFT <= w[1].ts_ns >> BUCKET_SHIFT),
+            "buckets in time order"
+        );
+        samples.retain_threads(|_| false);
+        assert!(samples.is_empty());
     }
 
     #[test]

@@ -75,6 +75,11 @@ impl Format {
         matches!(self, Format::Html | Format::Perfetto)
     }
 
+    /// Whether its file holds the flame graphs, so is written only once they are drawn.
+    pub fn embeds_flamegraphs(self) -> bool {
+        self == Format::Html
+    }
+
     /// Its renderer; `None` for Perfetto in a build without the `perfetto` feature.
     pub fn renderer(self) -> Option<&'static dyn Render> {
         match self {

@@ -532,7 +532,7 @@ mod tests {
     fn the_trace_decodes_with_perfettos_schema_and_holds_every_slice() {
         let (folded, _) = crate::load_reader(DDP).unwrap();
         let attribution = attribute(&folded.analysis, &folded.timed).unwrap();
-        let events = TimelineEvents::keep(&folded.timed, 50_000_000);
+        let events = TimelineEvents::keep(folded.timed.clone(), 50_000_000);
         let lanes = build("ddp.rec", &folded.analysis, Some(&attribution), events);
         let mut bytes = Vec::new();
         write_trace(std::slice::from_ref(&lanes), None, &mut bytes).unwrap();

@@ -13,7 +13,7 @@ mod states;
 use std::collections::BTreeMap;
 
 use crate::analysis::model::Analysis;
-use crate::analysis::timed_events::{TimedBlockIo, TimedCpuSample, TimedEvents};
+use crate::analysis::timed_events::{CpuSamples, TimedBlockIo, TimedEvents};
 use crate::attribution::{Attribution, CAUSES, Cause, Roles, Stall};
 use crate::cuda::CudaOp;
 use crate::cuda::WaitKind;
@@ -89,7 +89,7 @@ pub struct RecordingLanes<'a> {
     pub gpus: Vec<GpuLanes>,
     pub processes: Vec<ProcessLanes>,
     /// On-CPU samples of the traced threads, each a stack id into `stacks` (root first).
-    pub samples: Vec<TimedCpuSample>,
+    pub samples: CpuSamples,
     pub stacks: &'a BTreeMap<u32, Vec<String>>,
 }
 
@@ -108,14 +108,14 @@ pub struct BlockIoSpan {
 /// What the timeline keeps of the timed events, which the attribution's end frees.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct TimelineEvents {
-    pub cpu: Vec<TimedCpuSample>,
+    pub cpu: CpuSamples,
     pub block_io: Vec<BlockIoSpan>,
 }
 
 impl TimelineEvents {
     /// `tick_ns` is the recording's tick, the span block IOs are grouped by when there are
     /// too many to draw one by one.
-    pub fn keep(timed: &TimedEvents, tick_ns: u64) -> Self {
+    pub fn keep(timed: TimedEvents, tick_ns: u64) -> Self {
         let span = |b: &TimedBlockIo| BlockIoSpan {
             start_ns: b.ts_ns.saturating_sub(b.latency_ns),
             end_ns: b.ts_ns,
@@ -156,9 +156,10 @@ impl TimelineEvents {
             }
             out
         };
-        let mut cpu = Vec::with_capacity(timed.len().0);
-        cpu.extend(timed.cpu_in(0, u64::MAX));
-        TimelineEvents { cpu, block_io }
+        TimelineEvents {
+            cpu: timed.into_cpu_samples(),
+            block_io,
+        }
     }
 }
 
@@ -188,11 +189,8 @@ pub fn build<'a>(
     let TimelineEvents { cpu, block_io } = events;
     let (processes, samples) = std::thread::scope(|scope| {
         let samples = scope.spawn(|| {
-            // Millions of samples: a hash of the few thread ids, not the thread map, per sample.
-            let tids: crate::fxhash::FxHashMap<u32, ()> =
-                a.threads.keys().map(|&t| (t, ())).collect();
             let mut cpu = cpu;
-            cpu.retain(|s| tids.contains_key(&s.tid));
+            cpu.retain_threads(|tid| a.threads.contains_key(&tid));
             cpu
         });
         let processes = processes(a, &roles, &block_io);

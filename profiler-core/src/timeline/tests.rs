@@ -9,7 +9,7 @@ const DISK: &[u8] = include_bytes!("../../tests/recordings/gpu/v1-disk.rec");
 fn lanes_of(bytes: &[u8], check: impl Fn(&Analysis, &Attribution, &RecordingLanes<'_>)) {
     let (folded, _) = crate::load_reader(bytes).unwrap();
     let attribution = attribute(&folded.analysis, &folded.timed).unwrap();
-    let events = TimelineEvents::keep(&folded.timed, 50_000_000);
+    let events = TimelineEvents::keep(folded.timed.clone(), 50_000_000);
     let lanes = build("r.rec", &folded.analysis, Some(&attribution), events);
     check(&folded.analysis, &attribution, &lanes);
 }
@@ -139,7 +139,7 @@ fn past_the_limit_block_ios_group_per_thread_tick_and_kind_in_time_order() {
         timed.block_io(ts, 1 + (k % 2) as u32, k.is_multiple_of(3), 4096, 100_000);
     }
     timed.finish();
-    let kept = TimelineEvents::keep(&timed, tick);
+    let kept = TimelineEvents::keep(timed, tick);
     assert!(kept.block_io.len() < n as usize);
     assert_eq!(
         kept.block_io.iter().map(|g| g.requests).sum::<u64>(),

@@ -9,7 +9,7 @@ const DDP: &[u8] = include_bytes!("../../../tests/recordings/gpu/v1-nccl-straggl
 fn page() -> String {
     let (folded, load) = crate::load_reader(DDP).unwrap();
     let attribution = attribute(&folded.analysis, &folded.timed).unwrap();
-    let events = TimelineEvents::keep(&folded.timed, 50_000_000);
+    let events = TimelineEvents::keep(folded.timed.clone(), 50_000_000);
     let lanes = build("ddp.rec", &folded.analysis, Some(&attribution), events);
     let report = Report::new(&folded.analysis, Some(&attribution), &load);
     let graphs = [Flamegraph {

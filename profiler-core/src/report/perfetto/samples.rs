@@ -70,7 +70,7 @@ pub(super) fn encode(
     interned.mappings.push(m);
     let mut functions: FxHashMap<String, u64> = FxHashMap::default();
     let mut callstacks: FxHashMap<u32, u64> = FxHashMap::default();
-    for s in &r.samples {
+    for s in r.samples.iter() {
         if callstacks.contains_key(&s.stack) {
             continue;
         }
@@ -121,7 +121,7 @@ pub(super) fn encode(
         id: seq,
         flags: SEQ_NEEDS_INCREMENTAL_STATE,
     };
-    for s in &r.samples {
+    for s in r.samples.iter() {
         let Some(&pid) = pids.get(&s.tid) else {
             continue;
         };
