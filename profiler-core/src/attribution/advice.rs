@@ -105,7 +105,8 @@ pub fn advise(
                 Cause::CpuContention => contention(&job, w),
                 Cause::Pcie => link(&job, w),
                 Cause::NcclWait => straggler(w),
-                Cause::GpuThrottled | Cause::Unknown => return None,
+                Cause::GpuThrottled => throttled(g.slow_clock.as_ref()?, w),
+                Cause::Unknown => return None,
             };
             Some(Advice {
                 cause: w.cause,
@@ -665,6 +666,38 @@ fn straggler(w: &WhatIf) -> Advised {
         ms(w.step_ms_now),
         ms(w.step_ms_if_fixed)
     )];
+    Advised::new(change, w.speedup, evidence)
+}
+
+fn throttled(c: &super::throttle::SlowClock, w: &WhatIf) -> Advised {
+    let change = format!(
+        "this GPU ran its kernels at {} MHz instead of {} MHz ({}): check its cooling and \
+         power (nvidia-smi -q -d TEMPERATURE,PERFORMANCE,POWER,CLOCK), clean the heatsink, \
+         fix the airflow, check the power supply",
+        c.mhz,
+        c.reference_mhz,
+        c.reasons.join(", ")
+    );
+    let evidence = vec![
+        format!(
+            "slowed in {:.0}% of its busy samples, SM clock {} MHz (median) against {} MHz, {}",
+            c.share * 100.0,
+            c.mhz,
+            c.reference_mhz,
+            c.describe_reference()
+        ),
+        format!(
+            "at {} MHz the step {} → {}{}",
+            c.reference_mhz,
+            ms(w.step_ms_now),
+            ms(w.step_ms_if_fixed),
+            if w.limited_next_by == Cause::NcclWait.name() {
+                ", then waiting for the other ranks"
+            } else {
+                ""
+            }
+        ),
+    ];
     Advised::new(change, w.speedup, evidence)
 }
 

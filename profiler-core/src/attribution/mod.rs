@@ -19,6 +19,7 @@ mod rules;
 mod shares;
 pub mod signals;
 pub mod steps;
+pub mod throttle;
 pub mod waiting;
 pub mod what_if;
 mod window;
@@ -123,6 +124,9 @@ pub struct GpuAttribution {
     /// Each window as the rules saw it, in time order: what the timeline draws.
     #[serde(skip)]
     pub labels: Vec<WindowLabel>,
+    /// Its clock against the one it ran at unslowed, when it was throttled.
+    #[serde(skip)]
+    pub slow_clock: Option<throttle::SlowClock>,
 }
 
 /// One window's label in full: its idle and waiting time, the cause of each, and every
@@ -200,8 +204,8 @@ pub fn attribute_with(
     let mut waiting = waiting::derive(a, calibration);
     let unchecked = signals::unchecked(a);
     let unjudged: CauseSet = unchecked.iter().map(|u| u.cause).collect();
-    let mut advice = Vec::new();
-    let gpus: Vec<GpuAttribution> = a
+    let mut slow = throttle::slow_clocks(a);
+    let mut gpus: Vec<GpuAttribution> = a
         .gpus
         .values()
         .filter(|g| !g.samples.is_empty())
@@ -213,11 +217,17 @@ pub fn attribute_with(
                 waits: &waits,
                 unchecked: unjudged,
             };
-            let attributed = attribute_gpu(a, timed, &roles, &lookups, g, w);
-            advice.extend(advice::advise(a, &roles, &index, &attributed));
-            attributed
+            attribute_gpu(a, timed, &roles, &lookups, g, w, slow.remove(&g.info.index))
         })
         .collect();
+    what_if::bound_by_other_ranks(&mut gpus);
+    let mut advice = Vec::new();
+    for attributed in &gpus {
+        if let Some(g) = a.gpus.get(&attributed.gpu) {
+            let roles = Roles::for_gpu(a, g);
+            advice.extend(advice::advise(a, &roles, &index, attributed));
+        }
+    }
     advice.sort_by(|x, y| y.expected_speedup.total_cmp(&x.expected_speedup));
     advice::merge_alike(&mut advice);
     let verdict = verdict(&gpus);
@@ -245,6 +255,7 @@ fn attribute_gpu(
     lookups: &Lookups<'_>,
     g: &crate::analysis::model::GpuTimeline,
     waiting: Option<GpuWaiting>,
+    slow_clock: Option<throttle::SlowClock>,
 ) -> GpuAttribution {
     let Lookups {
         index,
@@ -270,6 +281,7 @@ fn attribute_gpu(
         .sum();
     let mut out = GpuAttribution {
         gpu: g.info.index,
+        slow_clock,
         ..GpuAttribution::default()
     };
     let mut open: Option<Stall> = None;
@@ -427,6 +439,10 @@ fn attribute_gpu(
                 .collect::<std::collections::BTreeSet<_>>()
                 .len(),
             host_copy_gbps: a.host_copy_gbps,
+            kernel_scale: out
+                .slow_clock
+                .as_ref()
+                .map(throttle::SlowClock::kernel_scale),
         };
         out.what_if =
             what_if::estimate(&out.step_parts, &pace, &out.lost_by_cause, out.observed_ns);

@@ -11,6 +11,8 @@ use serde::{Deserialize, Serialize};
 
 use super::Attribution;
 use super::causes::Cause;
+// A straggler throttled in this share of its busy samples is slow because of its GPU.
+use super::throttle::THROTTLED_SHARE;
 use crate::analysis::model::Analysis;
 use crate::cuda::WaitKind;
 use crate::nvml::clock_events;
@@ -107,8 +109,6 @@ const WAIT_SHARE_MIN: f64 = 0.05;
 pub const TOP_ARRIVALS: usize = 10;
 /// A power-capped clock this far below the other ranks' is a slowdown.
 const CAPPED_CLOCK: f64 = 0.9;
-/// A straggler throttled in this share of its busy samples is slow because of its GPU.
-const THROTTLED_SHARE: f64 = 0.3;
 
 fn host_of(a: &Analysis) -> String {
     a.meta

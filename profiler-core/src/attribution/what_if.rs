@@ -13,7 +13,12 @@
 //! - `host_compute`, `launch_overhead`: the feeder's host work goes;
 //! - `pinned_memory_copy`: the batch's bytes move at the link's pace (no CPU staging);
 //! - `pcie`: the copy runs at the link's full width and generation;
-//! - `nccl_wait`: no wait for a straggler (fixing the straggler itself).
+//! - `nccl_wait`: no wait for a straggler (fixing the straggler itself);
+//! - `gpu_throttled`: the step's kernels run at the clock the GPU ran at unslowed (see
+//!   [`super::throttle`]), so its feeder's waits for them shrink; a rank so fixed then waits
+//!   for the other ranks as long as their own steps take ([`bound_by_other_ranks`]). It is
+//!   given for a throttled GPU whatever time its windows lost, since a throttled GPU is busy,
+//!   not idle: what it costs is the kernels' length.
 //!
 //! Whatever is removed, the step's kernels (the GPU's busy time per step) still run, and the
 //! feeder waits for whatever part of them its remaining host work does not hide: without its
@@ -21,8 +26,8 @@
 //!
 //! "Fixed" means the cause's cost is gone, the upper bound of what a change can give; the
 //! advice's own numbers (how many workers a host's free CPUs allow) are bounded further. The
-//! interval is a bootstrap over the steps (the ratio of mean step times, resampled). A cause
-//! with no model (`gpu_throttled`, `unknown`) gets no estimate.
+//! interval is a bootstrap over the steps (the ratio of mean step times, resampled). `unknown`
+//! gets no estimate.
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
@@ -94,6 +99,9 @@ pub struct Pace {
     pub loaders: usize,
     /// How fast one host CPU copies memory, GB/s (bytes per ns), when the recording says.
     pub host_copy_gbps: Option<f64>,
+    /// A throttled GPU's kernel time at its unslowed clock, per unit of its time now
+    /// ([`super::throttle::SlowClock::kernel_scale`]); `None` when it was not throttled.
+    pub kernel_scale: Option<f64>,
 }
 
 /// The step's parts with `cause` fixed, or `None` for a cause without a model.
@@ -134,12 +142,27 @@ fn fixed(cause: Cause, p: &StepParts, pace: &Pace, loader_share: f64) -> Option<
             }
         }
         Cause::NcclWait => s.collective = 0.0,
-        Cause::GpuThrottled | Cause::Unknown => return None,
+        Cause::GpuThrottled => {
+            // The feeder's waits for its kernels (in its sync first, then in a collective
+            // holding them) shrink by what the kernels would take less beyond its host work.
+            let scale = pace.kernel_scale?;
+            let unhidden = |kernel: f64| (kernel - s.host).max(0.0);
+            let mut less = unhidden(pace.kernel_ns) - unhidden(pace.kernel_ns * scale);
+            let from_sync = less.min(s.gpu);
+            s.gpu -= from_sync;
+            less -= from_sync;
+            s.collective -= less.min(s.collective);
+        }
+        Cause::Unknown => return None,
     }
     // The kernels still run: the feeder waits (in a sync or a collective) for at least what
     // its host work does not hide. A wait counted as a copy's or a collective's holds the
     // kernels queued behind it, so a fix that shortens it leaves them to wait for.
-    let unhidden = (pace.kernel_ns - s.host).max(0.0);
+    let kernel_ns = match (cause, pace.kernel_scale) {
+        (Cause::GpuThrottled, Some(scale)) => pace.kernel_ns * scale,
+        _ => pace.kernel_ns,
+    };
+    let unhidden = (kernel_ns - s.host).max(0.0);
     let waits = s.gpu + s.collective;
     if waits < unhidden {
         s.gpu += unhidden - waits;
@@ -166,7 +189,11 @@ fn fixed(cause: Cause, p: &StepParts, pace: &Pace, loader_share: f64) -> Option<
 /// part of the step it takes. A collective's wait holds the step's own kernels first: only
 /// what is beyond them waits for other ranks.
 fn next_limit(s: &StepSplit, pace: &Pace, lost: &BTreeMap<Cause, u64>, fixed: Cause) -> String {
-    let own = (pace.kernel_ns - s.host - s.gpu).clamp(0.0, s.collective);
+    let kernel_ns = match (fixed, pace.kernel_scale) {
+        (Cause::GpuThrottled, Some(scale)) => pace.kernel_ns * scale,
+        _ => pace.kernel_ns,
+    };
+    let own = (kernel_ns - s.host - s.gpu).clamp(0.0, s.collective);
     let still = |causes: &[Cause]| {
         causes
             .iter()
@@ -305,10 +332,12 @@ pub fn estimate(
         return Vec::new();
     }
     let mut out = Vec::new();
-    for (&cause, &ns) in lost {
-        if (ns as f64) < MIN_SHARE * observed_ns as f64 {
-            continue;
-        }
+    let throttled = pace.kernel_scale.map(|_| Cause::GpuThrottled);
+    let large = lost
+        .iter()
+        .filter(|(_, ns)| **ns as f64 >= MIN_SHARE * observed_ns as f64)
+        .map(|(c, _)| *c);
+    for cause in large.chain(throttled) {
         let Some(fixed_steps) = fixed_steps(cause, parts, pace, lost) else {
             continue;
         };
@@ -357,6 +386,52 @@ pub fn estimate(
     out
 }
 
+/// A rank is as fast as the slowest: a throttled rank's fixed step is at least each other
+/// rank's step with its wait for the straggler gone (its `nccl_wait` estimate, else its step
+/// now), and the rank so fixed waits in collectives for them. GPUs whose feeders never wait in
+/// a collective are separate jobs and bound nothing.
+pub fn bound_by_other_ranks(gpus: &mut [super::GpuAttribution]) {
+    let ranks: Vec<(u32, f64)> = gpus
+        .iter()
+        .filter(|g| g.step_parts.iter().any(|p| p.split.collective > 0.0))
+        .map(|g| {
+            let n = g.step_parts.len() as f64;
+            let now = g.step_parts.iter().map(|p| p.split.total()).sum::<f64>() / n / 1e6;
+            let unwaited = g
+                .what_if
+                .iter()
+                .find(|w| w.cause == Cause::NcclWait)
+                .map_or(now, |w| w.step_ms_if_fixed);
+            (g.gpu, unwaited)
+        })
+        .collect();
+    for g in gpus.iter_mut() {
+        if !ranks.iter().any(|(i, _)| *i == g.gpu) {
+            continue;
+        }
+        let Some(floor) = ranks
+            .iter()
+            .filter(|(i, _)| *i != g.gpu)
+            .map(|(_, ms)| *ms)
+            .max_by(f64::total_cmp)
+        else {
+            continue;
+        };
+        for w in &mut g.what_if {
+            if w.cause != Cause::GpuThrottled || w.step_ms_if_fixed >= floor {
+                continue;
+            }
+            let k = w.step_ms_if_fixed / floor;
+            w.step_ms_if_fixed = round3(floor);
+            w.speedup = round3(w.step_ms_now / floor);
+            w.speedup_low = round3((w.speedup_low * k).min(w.speedup));
+            w.speedup_high = round3((w.speedup_high * k).max(w.speedup));
+            w.limited_next_by = Cause::NcclWait.name().to_owned();
+        }
+        g.what_if.sort_by(|x, y| y.speedup.total_cmp(&x.speedup));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -387,6 +462,7 @@ mod tests {
             workers: None,
             loaders: 0,
             host_copy_gbps: None,
+            kernel_scale: None,
         }
     }
 
@@ -661,5 +737,73 @@ mod tests {
             w,
             estimate(&parts, &pace(100.0), &lost(&[(Cause::Disk, 500)]), 1000)
         );
+    }
+
+    #[test]
+    fn a_throttled_gpu_runs_its_kernels_at_the_unslowed_clock_and_the_waits_shrink_with_them() {
+        let throttled = Pace {
+            kernel_scale: Some(1.0 / 3.0),
+            ..pace(300.0)
+        };
+        // Waiting in its sync: 10 ms of host work hides part of 100 ms of kernels.
+        let parts = vec![step(0.0, 0.0, 10.0, 290.0); 10];
+        let w = estimate(&parts, &throttled, &lost(&[]), 1000);
+        assert_eq!(w.len(), 1, "given though no window lost time to it: {w:?}");
+        assert_eq!(w[0].cause, Cause::GpuThrottled);
+        assert!((w[0].step_ms_if_fixed - 100.0).abs() < 1e-6, "{w:?}");
+        assert_eq!(w[0].limited_next_by, "gpu");
+        // Waiting in a collective that holds its kernels: the wait shrinks the same way.
+        let mut p = step(0.0, 0.0, 1.0, 0.0);
+        p.split.collective = 299.0 * MS;
+        let w = estimate(&vec![p; 10], &throttled, &lost(&[]), 1000);
+        assert!((w[0].step_ms_if_fixed - 100.0).abs() < 1e-6, "{w:?}");
+        // Not throttled: no estimate.
+        assert!(estimate(&parts, &pace(300.0), &lost(&[]), 1000).is_empty());
+    }
+
+    #[test]
+    fn a_throttled_rank_fixed_then_waits_for_the_other_ranks_and_separate_jobs_bind_nothing() {
+        let mut rank = step(0.0, 0.0, 1.0, 0.0);
+        rank.split.collective = 299.0 * MS;
+        let what_if = |cause, fixed_ms: f64| WhatIf {
+            cause,
+            step_ms_now: 300.0,
+            step_ms_if_fixed: fixed_ms,
+            speedup: 300.0 / fixed_ms,
+            speedup_low: 300.0 / fixed_ms * 0.9,
+            speedup_high: 300.0 / fixed_ms * 1.1,
+            limited_next_by: "gpu".into(),
+        };
+        let gpu = |index, parts: &StepParts, w: WhatIf| super::super::GpuAttribution {
+            gpu: index,
+            step_parts: vec![*parts; 4],
+            what_if: vec![w],
+            ..Default::default()
+        };
+        let mut gpus = vec![
+            gpu(0, &rank, what_if(Cause::NcclWait, 120.0)),
+            gpu(1, &rank, what_if(Cause::GpuThrottled, 100.0)),
+        ];
+        bound_by_other_ranks(&mut gpus);
+        let w = &gpus[1].what_if[0];
+        assert!((w.step_ms_if_fixed - 120.0).abs() < 1e-9, "{w:?}");
+        assert!((w.speedup - 2.5).abs() < 1e-9, "{w:?}");
+        assert!(
+            w.speedup_low <= w.speedup && w.speedup <= w.speedup_high,
+            "{w:?}"
+        );
+        assert_eq!(w.limited_next_by, "nccl_wait");
+        assert_eq!(
+            gpus[0].what_if[0].step_ms_if_fixed, 120.0,
+            "the others are kept"
+        );
+        // Two separate jobs (no collectives): each is its own.
+        let alone = step(0.0, 0.0, 1.0, 299.0);
+        let mut gpus = vec![
+            gpu(0, &alone, what_if(Cause::HostCompute, 250.0)),
+            gpu(1, &alone, what_if(Cause::GpuThrottled, 100.0)),
+        ];
+        bound_by_other_ranks(&mut gpus);
+        assert_eq!(gpus[1].what_if[0].step_ms_if_fixed, 100.0);
     }
 }
