@@ -27,8 +27,17 @@ use crate::release_bin;
 pub enum Job {
     /// stallgen's scenario of the same name.
     Stallgen,
+    /// stallgen's scenario of the same name as a data-parallel job of this many ranks, one
+    /// GPU each, recorded by the parent's PID.
+    StallgenRanks(u32),
     /// The real PyTorch DataLoader job, `tests/pyjob/train.py --scenario NAME`.
     Torch(&'static str),
+}
+
+impl Job {
+    fn is_stallgen(self) -> bool {
+        matches!(self, Job::Stallgen | Job::StallgenRanks(_))
+    }
 }
 
 /// One change that removes a cause, as flags added to the original job's and environment.
@@ -62,7 +71,7 @@ const fn fix(flags: &'static [&'static str]) -> Fix {
 
 /// What "fixed" means, per stallgen scenario. Every fix keeps the model (kernel time per
 /// step) and everything else about the job as it was; only the injected cost goes.
-const STALLGEN: [Scenario; 8] = [
+const STALLGEN: [Scenario; 9] = [
     // The workers' transform costs no CPU (a cheaper transform, or the work moved to the GPU).
     Scenario {
         name: "dataloader-cpu",
@@ -119,6 +128,16 @@ const STALLGEN: [Scenario; 8] = [
         fixes: &[fix(&["--kernels", "1", "--kernel-ms", "8"])],
         loader_bound: false,
     },
+    // Four ranks, one of whose GPUs runs every kernel 3× longer (a thermal slowdown, its SM
+    // clock a third of the others'): the others wait for it in their all-reduces. Fixed, it
+    // runs at full clock. Read on the throttled rank's GPU; the job's top cause is the
+    // straggler's own.
+    Scenario {
+        name: "gpu-straggler",
+        job: Job::StallgenRanks(4),
+        fixes: &[fix(&["--throttle", "1"])],
+        loader_bound: false,
+    },
     // Nothing to fix: its what-ifs should promise nothing.
     Scenario {
         name: "healthy",
@@ -139,7 +158,7 @@ fn selected(sc: &Scenario, only: &[String]) -> bool {
     only.is_empty()
         || only.iter().any(|t| {
             sc.name.contains(t.as_str())
-                || (t == "stallgen" && sc.job == Job::Stallgen)
+                || (t == "stallgen" && sc.job.is_stallgen())
                 || (t == "torch" && matches!(sc.job, Job::Torch(_)))
         })
 }
@@ -173,8 +192,9 @@ struct Prediction {
     /// gets no estimate: the report expects nothing from fixing it).
     lost: BTreeMap<String, f64>,
     steps_found: Option<u64>,
-    /// The job's own steps whose sync ended while the probes watched.
-    steps_own: u64,
+    /// The job's own steps whose sync ended while the probes watched; `None` for a job of
+    /// ranks, which keeps no one steps log.
+    steps_own: Option<u64>,
     step_ms_p50: Option<f64>,
 }
 
@@ -288,7 +308,7 @@ pub fn whatif(runs: u32, secs: u64, only: &[String]) -> anyhow::Result<()> {
         );
     }
     let mut bins = vec!["stallscope"];
-    if chosen.iter().any(|s| s.job == Job::Stallgen) {
+    if chosen.iter().any(|s| s.job.is_stallgen()) {
         bins.push("stallgen");
     }
     for bin in bins {
@@ -362,7 +382,7 @@ impl Bench {
                     p.top,
                     p.top_share * 100.0,
                     p.steps_found.map_or("-".into(), |n| n.to_string()),
-                    p.steps_own,
+                    p.steps_own.map_or("-".into(), |n| n.to_string()),
                     p.advice.join(", "),
                     loadavg()
                 );
@@ -424,6 +444,11 @@ impl Bench {
             Job::Stallgen => {
                 let mut c = Command::new(release_bin("stallgen"));
                 c.args(["--scenario", sc.name]);
+                c
+            }
+            Job::StallgenRanks(n) => {
+                let mut c = Command::new(release_bin("stallgen"));
+                c.args(["--scenario", sc.name, "--ranks", &n.to_string()]);
                 c
             }
             Job::Torch(name) => {
@@ -505,10 +530,12 @@ impl Bench {
         // by itself for its steps log and truth to be written out.
         let job_secs = self.secs + 8;
         let mut cmd = self.job(&state, sc, job_secs)?;
-        cmd.arg("--truth")
-            .arg(&truth)
-            .arg("--steps-log")
-            .arg(&steps_log);
+        cmd.arg("--truth").arg(&truth);
+        // A job of ranks has no one steps log: its steps are not compared.
+        if !matches!(sc.job, Job::StallgenRanks(_)) {
+            cmd.arg("--steps-log").arg(&steps_log);
+        }
+        let _ = std::fs::remove_file(&steps_log);
         let job = Proc::spawn(&mut cmd)?;
         let Some(ready) = job.wait_line(Duration::from_secs(120), |l| l.starts_with("ready pid="))
         else {
@@ -652,9 +679,30 @@ fn step_marker(s: &Value) -> u64 {
 /// What the report says of the recorded job, with the job's own steps in its window.
 fn predicted(report: &Value, truth: &[Value], steps_log: &[Value]) -> anyhow::Result<Prediction> {
     let t = truth.first().context("the job wrote no truth")?;
+    // A job of ranks: the rank that is slow of its own cause (the others wait in NCCL for
+    // it), read on its GPU; the job's top cause is the report's straggler's own.
+    let slow_rank = truth
+        .iter()
+        .find(|t| t["rank"].is_u64() && t["cause"].as_str().is_some_and(|c| c != "nccl_wait"));
+    let ranked = truth.iter().any(|t| t["rank"].is_u64());
     // train.py writes null for its healthy scenario, stallgen `none`.
-    let injected = t["cause"].as_str().unwrap_or("none").to_owned();
-    let g = &report["gpus"][0];
+    let injected = slow_rank.unwrap_or(t)["cause"]
+        .as_str()
+        .unwrap_or("none")
+        .to_owned();
+    let g = match slow_rank.and_then(|t| t["pid"].as_u64()) {
+        Some(pid) => report["gpus"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|g| {
+                g["target_pids"]
+                    .as_array()
+                    .is_some_and(|p| p.iter().any(|p| p.as_u64() == Some(pid)))
+            })
+            .with_context(|| format!("no GPU of the report lists the slow rank, PID {pid}"))?,
+        None => &report["gpus"][0],
+    };
     if g.is_null() {
         bail!("the report has no GPU");
     }
@@ -670,10 +718,27 @@ fn predicted(report: &Value, truth: &[Value], steps_log: &[Value]) -> anyhow::Re
         .filter(|(c, _)| *c != "unknown")
         .max_by(|a, b| a.1.total_cmp(b.1))
         .map_or(("none".into(), 0.0), |(c, s)| (c.clone(), *s));
-    let top = if top_share < NONE_BELOW {
-        "none".into()
+    let straggler = &report["ranks"]["straggler"];
+    let (top, top_share) = if ranked {
+        // The other ranks' wait for the straggler is what the job lost.
+        let waited = report["gpus"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|o| o["index"] != g["index"])
+            .filter_map(|o| {
+                Some(
+                    o["lost_by_cause"]["nccl_wait"].as_f64()?
+                        / o["observed_ns"].as_f64().filter(|n| *n > 0.0)?,
+                )
+            })
+            .collect();
+        let own = straggler["own_cause"].as_str().unwrap_or("none");
+        (own.to_owned(), median(waited).unwrap_or(0.0))
+    } else if top_share < NONE_BELOW {
+        ("none".into(), top_share)
     } else {
-        cause
+        (cause, top_share)
     };
     // A report without what-ifs (an older stallscope) is no prediction, not a failure.
     let what_ifs = g["what_if"]
@@ -700,10 +765,12 @@ fn predicted(report: &Value, truth: &[Value], steps_log: &[Value]) -> anyhow::Re
         .min()
         .unwrap_or(start)
         .max(start);
-    let steps_own = steps_log
-        .iter()
-        .filter(|s| (attached..=end).contains(&step_marker(s)))
-        .count() as u64;
+    let steps_own = (!ranked).then(|| {
+        steps_log
+            .iter()
+            .filter(|s| (attached..=end).contains(&step_marker(s)))
+            .count() as u64
+    });
     Ok(Prediction {
         injected,
         top,
@@ -755,9 +822,11 @@ fn predicted_speedup(p: &Prediction, cause: &str) -> Option<f64> {
 /// The steps found against the job's own: within 10%, or the one step whose sync was in
 /// progress when the probes attached (it goes unseen).
 fn steps_right(p: &Prediction) -> bool {
-    p.steps_found.is_some_and(|n| {
-        (n as f64 - p.steps_own as f64).abs() <= (STEPS_TOLERANCE * p.steps_own as f64).max(1.0)
-    }) && p.steps_own > 0
+    let Some(own) = p.steps_own.filter(|n| *n > 0) else {
+        return false;
+    };
+    p.steps_found
+        .is_some_and(|n| (n as f64 - own as f64).abs() <= (STEPS_TOLERANCE * own as f64).max(1.0))
 }
 
 /// A healthy run promises nothing: no advice and no what-if above [`HEALTHY_MAX_SPEEDUP`].
@@ -803,7 +872,7 @@ fn print_table(chosen: &[&'static Scenario], outcomes: &BTreeMap<&'static str, V
         let (found, own) = os.iter().fold((0, 0), |(f, w), o| {
             (
                 f + o.predicted.steps_found.unwrap_or(0),
-                w + o.predicted.steps_own,
+                w + o.predicted.steps_own.unwrap_or(0),
             )
         });
         let steps_ok = os.iter().filter(|o| steps_right(&o.predicted)).count();
@@ -820,7 +889,11 @@ fn print_table(chosen: &[&'static Scenario], outcomes: &BTreeMap<&'static str, V
                 measured,
                 error,
                 within,
-                format!("{found} / {own} ({steps_ok}/{n} within ±10%)"),
+                if os.iter().any(|o| o.predicted.steps_own.is_some()) {
+                    format!("{found} / {own} ({steps_ok}/{n} within ±10%)")
+                } else {
+                    format!("{found} / - (a job of ranks)")
+                },
             ];
             println!("| {} |", cells.join(" | "));
         };
@@ -1022,12 +1095,16 @@ fn print_targets(outcomes: &BTreeMap<&'static str, Vec<Outcome>>) {
         healthy.len(),
         largest.map_or("no what-if at all".into(), |(c, s)| format!("{c} {s:.2}x"))
     );
-    let steps_ok = all.iter().filter(|o| steps_right(&o.predicted)).count();
+    let counted: Vec<_> = all
+        .iter()
+        .filter(|o| o.predicted.steps_own.is_some())
+        .collect();
+    let steps_ok = counted.iter().filter(|o| steps_right(&o.predicted)).count();
     println!(
         "{}: steps within ±10% of the job's own count (or the one step in progress at the \
-         attach): {steps_ok} of {} runs",
-        verdict(steps_ok == all.len()),
-        all.len()
+         attach): {steps_ok} of {} runs (jobs of ranks keep no one steps log)",
+        verdict(steps_ok == counted.len()),
+        counted.len()
     );
 }
 
@@ -1129,8 +1206,35 @@ mod tests {
         assert_eq!((p.top.as_str(), p.top_share), ("disk", 0.4));
         assert_eq!(p.lost.get("unknown"), Some(&0.8));
         assert!(p.what_ifs.is_empty() && p.largest().is_none());
-        assert_eq!((p.steps_found, p.steps_own), (Some(2), 2));
+        assert_eq!((p.steps_found, p.steps_own), (Some(2), Some(2)));
         assert!(steps_right(&p));
+    }
+
+    #[test]
+    fn a_job_of_ranks_is_read_on_the_slow_ranks_gpu_with_the_stragglers_cause_on_top() {
+        let report = serde_json::json!({
+            "start_ns": 0, "duration_ns": 4000,
+            "ranks": {"straggler": {"pid": 12, "own_cause": "gpu_throttled"}},
+            "gpus": [
+                {"index": 0, "target_pids": [11], "observed_ns": 4000,
+                 "lost_by_cause": {"nccl_wait": 2400}, "steps": {"count": 9},
+                 "what_if": [{"cause": "nccl_wait", "speedup": 2.5}]},
+                {"index": 1, "target_pids": [12], "observed_ns": 4000,
+                 "lost_by_cause": {}, "steps": {"count": 9},
+                 "what_if": [{"cause": "gpu_throttled", "speedup": 2.6}]}
+            ]
+        });
+        let truth = [
+            serde_json::json!({"rank": 0, "pid": 11, "cause": "nccl_wait"}),
+            serde_json::json!({"rank": 1, "pid": 12, "cause": "gpu_throttled"}),
+        ];
+        let p = predicted(&report, &truth, &[]).unwrap();
+        assert_eq!(p.injected, "gpu_throttled");
+        assert_eq!((p.top.as_str(), p.top_share), ("gpu_throttled", 0.6));
+        assert_eq!(p.what_if("gpu_throttled").map(|w| w.speedup), Some(2.6));
+        assert!(p.what_if("nccl_wait").is_none(), "the slow rank's GPU");
+        assert_eq!(p.steps_own, None);
+        assert!(!steps_right(&p));
     }
 
     #[test]
@@ -1145,7 +1249,7 @@ mod tests {
         });
         let p = predicted(&report, &[serde_json::json!({"cause": null})], &[torch]).unwrap();
         assert_eq!((p.injected.as_str(), p.top.as_str()), ("none", "none"));
-        assert_eq!(p.steps_own, 0);
+        assert_eq!(p.steps_own, Some(0));
     }
 
     fn untraced(steps_per_sec: f64) -> Untraced {
