@@ -41,7 +41,8 @@ pub struct ThreadStats {
     pub pc_miss_bytes: u64,
     /// When this thread last had its off-CPU stack captured, for rate limiting.
     pub offcpu_sampled_ns: u64,
-    /// Non-zero while the current off-CPU period has a captured stack waiting for its duration.
+    /// Non-zero while the current off-CPU period has a captured stack waiting for its duration:
+    /// [`OFFCPU_PENDING`], then [`OFFCPU_WOKEN`] once its waker was sent.
     pub offcpu_pending: u32,
     /// The state of the last off-CPU period, until its run-queue part is known.
     pub off_state: u32,
@@ -110,6 +111,11 @@ pub mod control {
 }
 
 /// Ring-buffer record kinds; the first `u32` of every record.
+/// [`ThreadStats::offcpu_pending`]: a sampled off-CPU period waits for its waker and its end.
+pub const OFFCPU_PENDING: u32 = 1;
+/// [`ThreadStats::offcpu_pending`]: its waker was sent; its end is still to come.
+pub const OFFCPU_WOKEN: u32 = 2;
+
 pub mod kind {
     pub const CPU_SAMPLE: u32 = 1;
     pub const OFFCPU_SAMPLE: u32 = 2;
@@ -131,8 +137,11 @@ pub mod kind {
     /// The Python frames a thread of a CPython process was running: a `PyStack`, sent just
     /// before the sample or CUDA call it belongs to (same TID and timestamp).
     pub const PY_STACK: u32 = 11;
+    /// Who woke a tracked thread from a sampled off-CPU period: a `Woken`, sent from the
+    /// waker's context (`sched_waking`) before the period's `OFFCPU_END`.
+    pub const WOKEN: u32 = 12;
     /// One past the largest kind: the length of the per-kind counter arrays.
-    pub const COUNT: u32 = 12;
+    pub const COUNT: u32 = 13;
 
     pub const NAMES: [&str; COUNT as usize] = [
         "none",
@@ -147,6 +156,7 @@ pub mod kind {
         "thread_untracked",
         "user_stack",
         "py_stack",
+        "woken",
     ];
 }
 
@@ -300,6 +310,24 @@ pub struct OffCpuSample {
     /// That call's first argument (a file descriptor, a futex's address, a clock).
     pub arg0: u64,
     pub stack: Stack,
+}
+
+/// `kind::WOKEN`: the task that woke a tracked thread (`header.tid`, `header.pid`) from a
+/// sampled off-CPU period, at `header.ts_ns`: the task current where the wake-up ran, which in
+/// an interrupt or a timer is whichever task it interrupted (the idle task's TID 0 on an idle
+/// CPU), and the kernel stack there, which tells those apart (`hrtimer_wakeup`,
+/// `net_rx_action`, `blk_mq_end_request`, ...).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Woken {
+    pub header: Header,
+    pub waker_tid: u32,
+    pub waker_pid: u32,
+    pub waker_comm: [u8; 16],
+    /// Bytes of `kernel` filled, as `bpf_get_stack` returns them (negative: its error).
+    pub kernel_len: i32,
+    pub _pad: u32,
+    pub kernel: [u64; MAX_KERNEL_FRAMES],
 }
 
 /// `kind::BLOCK_IO`: one completed block request. `header.tid`/`pid` is the thread that

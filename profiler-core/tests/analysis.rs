@@ -148,6 +148,88 @@ fn json_has_the_required_keys_and_each_thread_partitions_its_lifetime() {
     assert_eq!(json["events"]["sched"]["dropped"], 10);
 }
 
+/// Who ended each wait comes with the off-CPU sample of the same time after it: a traced
+/// thread, a task outside the job, a timer; a waker of another time belongs to no sample.
+#[test]
+fn each_wait_says_who_ended_it_a_traced_thread_a_task_outside_or_a_timer() {
+    let mut records = fixture();
+    let blocked = |ts_ns: u64, call: &str| Record::BlockedIn {
+        ts_ns,
+        tid: 100,
+        call: call.into(),
+        detail: "0x7f00".into(),
+    };
+    let woken = |ts_ns: u64, waker_tid: u32, comm: &str, context: &str| Record::WokenBy {
+        ts_ns,
+        tid: 100,
+        waker_tid,
+        waker_pid: if waker_tid == 101 { 100 } else { waker_tid },
+        waker_comm: comm.into(),
+        context: context.into(),
+    };
+    let sample = |ts_ns: u64, duration_ns: u64| Record::OffCpuSample {
+        ts_ns,
+        tid: 100,
+        pid: 100,
+        duration_ns,
+        io: false,
+        stack: 1,
+    };
+    let at = START_NS + 10 * MS;
+    records.extend([
+        blocked(at, "futex"),
+        woken(at, 101, "worker", "task"),
+        sample(at, 30 * MS),
+        blocked(at + 40 * MS, "futex"),
+        woken(at + 40 * MS, 999, "curl", "task"),
+        sample(at + 40 * MS, 10 * MS),
+        blocked(at + 60 * MS, "futex"),
+        woken(at + 60 * MS, 0, "swapper/1", "timer"),
+        sample(at + 60 * MS, 5 * MS),
+        blocked(at + 70 * MS, "futex"),
+        woken(at + 70 * MS, 0, "swapper/0", "network receive"),
+        sample(at + 70 * MS, 2 * MS),
+        // A timer that interrupted another task is the same timer.
+        blocked(at + 75 * MS, "futex"),
+        woken(at + 75 * MS, 999, "curl", "timer"),
+        sample(at + 75 * MS, MS),
+        blocked(at + 80 * MS, "nanosleep"),
+        woken(at + 79 * MS, 101, "worker", "task"),
+        sample(at + 80 * MS, 7 * MS),
+    ]);
+    let a = analyze(records).analysis;
+    let on = &a.threads[&100].blocked_on;
+    assert_eq!((on[0].call.as_str(), on[0].ns), ("futex", 48 * MS));
+    let wakers: Vec<_> = on[0]
+        .wakers
+        .iter()
+        .map(|w| (w.kind, w.who.as_str(), w.ns))
+        .collect();
+    assert_eq!(
+        wakers,
+        [
+            ("thread", "TID 101 (worker)", 30 * MS),
+            ("process", "PID 999 (curl)", 10 * MS),
+            ("timer", "timer", 6 * MS),
+            ("interrupt", "network receive", 2 * MS),
+        ]
+    );
+    assert!(on[1].wakers.is_empty(), "{:?}", on[1]);
+    let load = LoadInfo::default();
+    let report = profiler_core::Report::new(&a, None, &load);
+    let json = serde_json::to_value(report_json::JsonReport::new(&report)).unwrap();
+    let t = json["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["tid"] == 100)
+        .unwrap();
+    assert_eq!(t["blocked_on"][0]["wakers"][0]["kind"], "thread");
+    assert_eq!(t["blocked_on"][0]["wakers"][0]["tid"], 101);
+    assert_eq!(t["blocked_on"][0]["wakers"][1]["who"], "PID 999 (curl)");
+    assert!(t["blocked_on"][1].get("wakers").is_none(), "{t}");
+}
+
 /// What a thread blocked in comes with the off-CPU sample of the same time after it, and only
 /// then: a `BlockedIn` whose sample never came (the recording cut) counts nothing.
 #[test]

@@ -4,7 +4,10 @@
 //! switch_event.rs), or both while user space moves from one to the other
 //! (`maps::SWITCH_HOOK`).
 //!
-//! There is no wake-up program: every wake-up in the system would run it, tracked or not.
+//! The wake-up program (`sched_waking`) runs for every wake-up in the system, tracked or not,
+//! so it does one load and one lookup before it leaves, and sends something only for the
+//! first wake-up of a tracked thread's sampled off-CPU period: who woke it.
+//!
 //! An off-CPU period is credited whole to its state (blocked, IO, or run queue when
 //! preempted) at switch-in; its run-queue tail (woken, waiting for a CPU) is moved over at
 //! the thread's next switch-out, from the kernel's own `sched_info.run_delay` counter, which
@@ -19,12 +22,15 @@ use aya_ebpf::{
     EbpfContext,
     helpers::{
         bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel,
-        bpf_task_pt_regs,
+        bpf_task_pt_regs, generated::bpf_get_stack,
     },
     macros::btf_tracepoint,
     programs::BtfTracePointContext,
 };
-use profiler_common::{Header, OffCpuSample, ThreadExit, ThreadNew, ThreadStats, kind, state};
+use profiler_common::{
+    Header, OFFCPU_PENDING, OFFCPU_WOKEN, OffCpuSample, ThreadExit, ThreadNew, ThreadStats, Woken,
+    kind, state,
+};
 
 use crate::{
     emit::{capture_stack, count, header, reserve, send_py_stack, send_user_stack, wakeup_flags},
@@ -249,7 +255,7 @@ pub fn leave_cpu<C: EbpfContext>(
             }
             entry.submit(wakeup_flags());
             st.offcpu_sampled_ns = now;
-            st.offcpu_pending = 1;
+            st.offcpu_pending = OFFCPU_PENDING;
         }
     }
 }
@@ -290,6 +296,51 @@ pub fn end_offcpu(st: &mut ThreadStats, tid: u32, now: u64) {
         entry.write(header(kind::OFFCPU_END, tid, st.tgid, now));
         entry.submit(wakeup_flags());
     }
+}
+
+/// Who woke a tracked thread from a sampled off-CPU period (see `kind::WOKEN`): the task
+/// current here and the kernel stack, which in an interrupt or a timer is the interrupted
+/// task's. Every wake-up of the host runs this; one of an untracked thread costs a field load
+/// and a lookup, and only the first wake-up of a sampled period sends anything.
+#[btf_tracepoint(function = "sched_waking")]
+pub fn sched_waking(ctx: BtfTracePointContext) -> i32 {
+    let task: *const u8 = ctx.arg(0);
+    // SAFETY: `task` is the tracepoint's task argument; the offset is BTF's `pid`.
+    let tid: u32 = unsafe { task_field(task, offset!(task_pid)) };
+    let slot = slot_of(tid);
+    if slot == 0 {
+        return 0;
+    }
+    // SAFETY: map values stay valid for the program's run; null is none.
+    let Some(st) = (unsafe { slot_stats(slot).as_mut() }) else {
+        return 0;
+    };
+    if st.offcpu_pending != OFFCPU_PENDING || st.tid != tid {
+        return 0;
+    }
+    st.offcpu_pending = OFFCPU_WOKEN;
+    let now = unsafe { bpf_ktime_get_ns() };
+    let waker = bpf_get_current_pid_tgid();
+    if let Some(mut entry) = reserve::<Woken>(kind::WOKEN) {
+        let rec = entry.as_mut_ptr();
+        // SAFETY: `rec` is a reserved record of the right size; every field is written
+        // before submit, and the helper writes at most the size of the array it is given.
+        unsafe {
+            (*rec).header = header(kind::WOKEN, tid, st.tgid, now);
+            (*rec).waker_tid = waker as u32;
+            (*rec).waker_pid = (waker >> 32) as u32;
+            (*rec).waker_comm = bpf_get_current_comm().unwrap_or([0; 16]);
+            (*rec)._pad = 0;
+            (*rec).kernel_len = bpf_get_stack(
+                ctx.as_ptr(),
+                (*rec).kernel.as_mut_ptr().cast(),
+                core::mem::size_of_val(&(*rec).kernel) as u32,
+                0,
+            ) as i32;
+        }
+        entry.submit(wakeup_flags());
+    }
+    0
 }
 
 #[btf_tracepoint(function = "sched_process_fork")]

@@ -2,8 +2,10 @@
 //! sampled off-CPU interval blocked in, and what its file descriptor is, into each thread's
 //! `blocked_on[]`. Checked on `tests/pyjob/waits.py`'s jobs against what each job says it
 //! does: the sparse server's loop waits for requests in `recv` (or `epoll_wait`) on the socket
-//! its truth names, the lock job's loop on a futex, the sleeping helper in a sleep. Needs root
-//! and the simulated GPU.
+//! its truth names, the lock job's loop on a futex, the sleeping helper in a sleep. And who
+//! ended those waits (`wakers[]`, from `sched_waking`): the producer thread that held the
+//! lock, the client outside the job (or the network receive it ran), a timer. Needs root and
+//! the simulated GPU.
 #[allow(
     dead_code,
     reason = "each test binary uses its own part of the shared helpers"
@@ -93,6 +95,19 @@ fn top_wait(r: &Run, tid: u64) -> &Value {
     top
 }
 
+/// The wait's top waker, checked to have ended [`TOP_SHARE`] of the wait's sampled time.
+fn top_waker(wait: &Value) -> &Value {
+    let wakers = wait["wakers"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no wakers for {wait}"));
+    let top = &wakers[0];
+    assert!(
+        u(top, "ns") as f64 >= TOP_SHARE * u(wait, "ns") as f64,
+        "the top waker ended under {TOP_SHARE} of the wait: {wait}"
+    );
+    top
+}
+
 fn sparse(io: &str, kind: &str, calls: &[&str]) {
     let _serial = common::serial();
     let r = record("sparse-server", &["--io", io]);
@@ -116,6 +131,15 @@ fn sparse(io: &str, kind: &str, calls: &[&str]) {
         );
         assert_eq!(detail, want, "{top}");
     }
+    // Woken by the client, outside the job: by its own call, or by the network receive its
+    // send ran (loopback delivers in the sender's system call).
+    let waker = top_waker(top);
+    let client = u(&r.truth["client"], "pid");
+    assert_ne!(waker["kind"], "thread", "the client is not traced: {waker}");
+    assert!(
+        u(waker, "pid") == client || waker["who"] == "network receive",
+        "woken by the client (PID {client}) or a network receive: {waker}"
+    );
 }
 
 #[test]
@@ -139,8 +163,14 @@ fn a_loop_waiting_for_a_lock_and_a_sleeping_thread_say_so() {
     let top = top_wait(&r, u(&r.truth, "feeder_tid"));
     assert_eq!(top["kind"], "futex", "{top}");
     assert_eq!(top["call"], "futex", "{top}");
+    // The producer, which held the lock, released it and so ended each wait.
+    let waker = top_waker(top);
+    let producer = u(&r.truth["holder"], "tid");
+    assert_eq!(waker["kind"], "thread", "{waker}");
+    assert_eq!(u(waker, "tid"), producer, "{waker}");
     let r = record("gil-asleep", &[]);
     let holder = u(&r.truth["holder"], "tid");
     let top = top_wait(&r, holder);
     assert_eq!(top["kind"], "sleep", "thread {holder}: {top}");
+    assert_eq!(top_waker(top)["kind"], "timer", "thread {holder}: {top}");
 }

@@ -202,6 +202,14 @@ fn cpu_io() -> Vec<Record> {
                 call: "recvfrom".into(),
                 detail: "socket TCP 127.0.0.1:5000 <- 127.0.0.1:40412".into(),
             });
+            out.push(Record::WokenBy {
+                ts_ns: t + 60 * MS,
+                tid: 200,
+                waker_tid: 0,
+                waker_pid: 0,
+                waker_comm: "swapper/1".into(),
+                context: "network receive".into(),
+            });
             out.push(Record::OffCpuSample {
                 ts_ns: t + 60 * MS,
                 tid: 200,

@@ -7,7 +7,7 @@ use std::io::Read;
 
 use crate::analysis::model::{
     Analysis, BlockIoSummary, BlockedOn, EventCounts, GpuSample, GpuTimeline, PageCacheFileEntry,
-    ProcessSummary, ThreadSummary, UnavailableSignal,
+    ProcessSummary, ThreadSummary, UnavailableSignal, Waker,
 };
 use crate::analysis::percentiles::Percentiles;
 use crate::analysis::stack_samples::SampleAccumulator;
@@ -115,7 +115,16 @@ struct ThreadAcc {
     blk_write_bytes: u64,
     blk_latency: Percentiles,
     /// Sampled off-CPU time by (call, detail) it blocked in.
-    blocked_on: BTreeMap<(String, String), u64>,
+    blocked_on: BTreeMap<(String, String), BlockedAcc>,
+}
+
+/// A waker as the kernel saw it: TID, PID, comm and the context it woke from.
+type WakerKey = (u32, u32, String, String);
+
+#[derive(Debug, Default)]
+struct BlockedAcc {
+    ns: u64,
+    wakers: BTreeMap<WakerKey, u64>,
 }
 
 #[derive(Debug, Default)]
@@ -134,6 +143,8 @@ pub struct Analyzer {
     threads: FxHashMap<u32, ThreadAcc>,
     /// Each thread's last `BlockedIn`, for the off-CPU sample of the same time after it.
     blocked_in: FxHashMap<u32, (u64, String, String)>,
+    /// Each thread's last `WokenBy`, likewise.
+    woken: FxHashMap<u32, (u64, WakerKey)>,
     processes: FxHashMap<u32, ProcessAcc>,
     stacks: BTreeMap<u32, Vec<String>>,
     samples: SampleAccumulator,
@@ -257,11 +268,21 @@ impl Analyzer {
                 stack,
             } => {
                 self.seen_ts(ts_ns);
+                let waker = self
+                    .woken
+                    .remove(&tid)
+                    .filter(|(at, _)| *at == ts_ns)
+                    .map(|(_, w)| w);
                 if let Some((at, call, detail)) = self.blocked_in.remove(&tid)
                     && at == ts_ns
                 {
                     let t = self.thread(tid, pid);
-                    *t.blocked_on.entry((call, detail)).or_default() += duration_ns;
+                    let acc = t.blocked_on.entry((call, detail)).or_default();
+                    acc.ns = acc.ns.saturating_add(duration_ns);
+                    if let Some(w) = waker {
+                        let ns = acc.wakers.entry(w).or_default();
+                        *ns = ns.saturating_add(duration_ns);
+                    }
                 }
                 self.samples
                     .off_cpu_sample(tid, pid, stack, io, duration_ns);
@@ -276,6 +297,17 @@ impl Analyzer {
                 detail,
             } => {
                 self.blocked_in.insert(tid, (ts_ns, call, detail));
+            }
+            Record::WokenBy {
+                ts_ns,
+                tid,
+                waker_tid,
+                waker_pid,
+                waker_comm,
+                context,
+            } => {
+                self.woken
+                    .insert(tid, (ts_ns, (waker_tid, waker_pid, waker_comm, context)));
             }
             Record::BlockIo {
                 ts_ns,
@@ -557,6 +589,8 @@ fn finish_gpus(gpus: BTreeMap<u32, GpuAcc>) -> BTreeMap<u32, GpuTimeline> {
 }
 
 fn finish_threads(threads: FxHashMap<u32, ThreadAcc>) -> BTreeMap<u32, ThreadSummary> {
+    let traced: Vec<u32> = threads.keys().copied().collect();
+    let traced = |tid: u32| traced.contains(&tid);
     threads
         .into_iter()
         .map(|(tid, t)| {
@@ -576,11 +610,27 @@ fn finish_threads(threads: FxHashMap<u32, ThreadAcc>) -> BTreeMap<u32, ThreadSum
             let mut blocked_on: Vec<BlockedOn> = t
                 .blocked_on
                 .into_iter()
-                .map(|((call, detail), ns)| BlockedOn {
-                    kind: BlockedOn::kind_of(&call, &detail),
-                    call,
-                    detail,
-                    ns,
+                .map(|((call, detail), acc)| {
+                    // A timer or an interrupt is one waker whichever task it interrupted.
+                    let mut wakers: Vec<Waker> = Vec::new();
+                    for ((tid, pid, comm, context), ns) in &acc.wakers {
+                        let w = Waker::classify((*tid, *pid, comm, context), traced, *ns);
+                        match wakers
+                            .iter_mut()
+                            .find(|o| o.kind == w.kind && o.who == w.who)
+                        {
+                            Some(o) => o.ns = o.ns.saturating_add(w.ns),
+                            None => wakers.push(w),
+                        }
+                    }
+                    wakers.sort_by(|x, y| y.ns.cmp(&x.ns).then_with(|| x.who.cmp(&y.who)));
+                    BlockedOn {
+                        kind: BlockedOn::kind_of(&call, &detail),
+                        call,
+                        detail,
+                        ns: acc.ns,
+                        wakers,
+                    }
                 })
                 .collect();
             blocked_on.sort_by(|x, y| y.ns.cmp(&x.ns).then_with(|| x.call.cmp(&y.call)));

@@ -154,6 +154,49 @@ pub struct BlockedOn {
     /// holds its other end, a path, a futex's address; empty when the call says nothing more.
     pub detail: String,
     pub ns: u64,
+    /// Who ended these waits, the most time first; empty when the recording does not say.
+    pub wakers: Vec<Waker>,
+}
+
+/// Who ended a thread's waits, with the sampled off-CPU time they ended.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Waker {
+    /// `thread` (a traced thread), `process` (a task outside the job), `interrupt` (the
+    /// network, a disk, another device) or `timer`.
+    pub kind: &'static str,
+    /// `TID 812 (python)`, `PID 40 (curl)`, `network receive`, `timer`.
+    pub who: String,
+    /// The task current where the wake-up ran (0: an idle CPU); for an interrupt, the task
+    /// it interrupted.
+    pub tid: u32,
+    pub pid: u32,
+    pub ns: u64,
+}
+
+impl Waker {
+    /// A waker as the kernel saw it (see `Record::WokenBy`), `traced` telling the job's own
+    /// threads from tasks outside it.
+    pub fn classify(
+        (tid, pid, comm, context): (u32, u32, &str, &str),
+        traced: impl Fn(u32) -> bool,
+        ns: u64,
+    ) -> Self {
+        let (kind, who) = match context {
+            "timer" => ("timer", "timer".to_owned()),
+            "task" if tid != 0 && traced(tid) => ("thread", format!("TID {tid} ({comm})")),
+            "task" if tid != 0 => ("process", format!("PID {pid} ({comm})")),
+            // The idle task wakes nobody of its own: an interrupt on an idle CPU.
+            "task" => ("interrupt", "interrupt".to_owned()),
+            other => ("interrupt", other.to_owned()),
+        };
+        Waker {
+            kind,
+            who,
+            tid,
+            pid,
+            ns,
+        }
+    }
 }
 
 impl BlockedOn {

@@ -253,6 +253,20 @@ pub enum Record {
         bytes: u64,
         ns: u64,
     },
+    /// Who woke `tid` from the off-CPU period whose `OffCpuSample` (at `ts_ns`) follows: the
+    /// task current where the wake-up ran (`waker_tid` 0: the idle task, on an idle CPU) and
+    /// what the kernel was doing there, from its stack: `task` (the waker's own call: a
+    /// futex wake, a write to a pipe or socket), `timer`, `network receive`, `block IO
+    /// completion` or `interrupt` (the task current was only interrupted). Readers before it
+    /// skip it.
+    WokenBy {
+        ts_ns: u64,
+        tid: u32,
+        waker_tid: u32,
+        waker_pid: u32,
+        waker_comm: String,
+        context: String,
+    },
 }
 
 /// Stack samples counted by how far their unwind got and which walk gave it.

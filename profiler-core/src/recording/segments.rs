@@ -217,7 +217,8 @@ impl Segments {
             | Record::CudaCall(_)
             | Record::Launches { .. }
             | Record::CudaCallSite { .. }
-            | Record::BlockedIn { .. } => {}
+            | Record::BlockedIn { .. }
+            | Record::WokenBy { .. } => {}
             // Cumulative since boot, but read only as differences between two readings of
             // one segment: it needs no rebasing.
             Record::HostCpu { .. } => {}

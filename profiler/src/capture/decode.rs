@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use profiler_common::{
     BlockIo, CpuSample, CudaCall, Header, OffCpuSample, PyFrame, PyStack, ThreadExit, ThreadNew,
-    UserStackHead, kind, state,
+    UserStackHead, Woken, kind, state,
 };
 use profiler_core::recording::record::{self, Record, ThreadCounters, UnwindStats};
 
@@ -80,6 +80,8 @@ struct PendingOffCpu {
     /// The system call it blocked in, plus one (0: none), and its first argument.
     syscall: u32,
     arg0: u64,
+    /// Who woke it: TID, PID, comm and context (see [`super::waker`]).
+    waker: Option<(u32, u32, String, &'static str)>,
 }
 
 /// Per-session decoding state.
@@ -240,8 +242,24 @@ impl Decoder {
                         stack,
                         syscall: s.syscall,
                         arg0: s.arg0,
+                        waker: None,
                     },
                 );
+            }),
+            kind::WOKEN => read::<Woken>(bytes).map(|w| {
+                // A wake-up whose sample was lost, or came after its period's end (another
+                // CPU's record), has nothing to join.
+                if self.pending.contains_key(&h.tid) {
+                    let context = super::waker::context_of(&mut self.namer, &w);
+                    if let Some(p) = self.pending.get_mut(&h.tid) {
+                        p.waker = Some((
+                            w.waker_tid,
+                            w.waker_pid,
+                            comm_string(&w.waker_comm),
+                            context,
+                        ));
+                    }
+                }
             }),
             kind::OFFCPU_END => {
                 self.close_offcpu(h.tid, h.ts_ns, out);
@@ -374,6 +392,16 @@ impl Decoder {
                     tid,
                     call,
                     detail,
+                });
+            }
+            if let Some((waker_tid, waker_pid, waker_comm, context)) = p.waker {
+                out.push(Record::WokenBy {
+                    ts_ns: p.ts_ns,
+                    tid,
+                    waker_tid,
+                    waker_pid,
+                    waker_comm,
+                    context: context.to_owned(),
                 });
             }
             out.push(Record::OffCpuSample {

@@ -12,3 +12,4 @@ pub mod segment_files;
 pub mod session;
 pub mod sink;
 pub mod stacks;
+pub mod waker;

@@ -1,5 +1,6 @@
 //! The in-kernel cost of stallscope's switch program (`sched_switch`, or `switch_out` where
-//! the recorder chose per-thread events), per run, from the kernel's own
+//! the recorder chose per-thread events) and of its wake-up program (`sched_waking`, which
+//! runs for every wake-up on the host), per run, from the kernel's own
 //! BPF statistics (`kernel.bpf_stats_enabled`): the throughput ratios of a two-CPU machine
 //! swing by several percent from run to run, while this figure holds still. Measured in
 //! runs of its own, after the others, since the statistics slow every BPF program a little.
@@ -23,6 +24,8 @@ pub struct SwitchCost {
     pub program: &'static str,
     pub runs: u64,
     pub ns_per_run: f64,
+    /// `sched_waking`'s runs and mean ns per run (a wake-up), when it ran.
+    pub waking: Option<(u64, f64)>,
 }
 
 /// Stallscope's `sched_switch` under pingpong, with pingpong as the target (every switch
@@ -46,11 +49,12 @@ pub fn measure(cfg: &Config) -> Vec<SwitchCost> {
     let mut out = Vec::new();
     for (case, tracked) in [("tracked (W1)", true), ("untracked (W1u)", false)] {
         match one(cfg, tracked) {
-            Ok((program, runs, ns)) => out.push(SwitchCost {
+            Ok(((program, runs, ns), waking)) => out.push(SwitchCost {
                 case,
                 program,
                 runs,
                 ns_per_run: ns,
+                waking,
             }),
             Err(e) => eprintln!("bench: per-switch cost, {case}: {e}"),
         }
@@ -59,7 +63,10 @@ pub fn measure(cfg: &Config) -> Vec<SwitchCost> {
     out
 }
 
-fn one(cfg: &Config, tracked: bool) -> Result<(&'static str, u64, f64), String> {
+/// The switch program's (name, runs, ns per run) and the wake-up program's (runs, ns per run).
+type Costs = ((&'static str, u64, f64), Option<(u64, f64)>);
+
+fn one(cfg: &Config, tracked: bool) -> Result<Costs, String> {
     let secs = cfg.secs.min(3).to_string();
     let cpu = cfg.cpu.to_string();
     let dir = cfg.dir.join(format!("switch-cost-{tracked}"));
@@ -83,6 +90,7 @@ fn one(cfg: &Config, tracked: bool) -> Result<(&'static str, u64, f64), String> 
                 .into_iter()
                 .find_map(|p| program_stats(p).map(|(runs, ns)| (p, runs, ns)))
                 .ok_or("no statistics for sched_switch or switch_out")
+                .map(|switch| (switch, program_stats("sched_waking")))
         });
     drop(work);
     tracers::detach(tracer, Duration::from_secs(3));
@@ -126,4 +134,21 @@ pub fn print(costs: &[SwitchCost]) {
         "Mean time inside the program, clock reads of the statistics themselves included; \
          measured under pingpong after the runs above."
     );
+    if costs.iter().any(|c| c.waking.is_some()) {
+        println!();
+        println!("### stallscope's wake-up program (`sched_waking`), per wake-up");
+        println!();
+        println!("| wake-ups | runs | ns per wake-up |");
+        println!("|---|---|---|");
+        for c in costs {
+            if let Some((runs, ns)) = c.waking {
+                println!("| {} | {runs} | {ns:.0} |", c.case);
+            }
+        }
+        println!();
+        println!(
+            "Every wake-up on the host runs it: pingpong's own (tracked, or beside an idle \
+             target) and the rest of the machine's; what it adds to each."
+        );
+    }
 }

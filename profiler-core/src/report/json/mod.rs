@@ -205,6 +205,23 @@ pub struct JsonBlockedOn {
     pub detail: String,
     /// Sampled off-CPU time spent in it.
     pub ns: u64,
+    /// Who ended those waits, the most time first (see
+    /// [`crate::analysis::model::Waker`]); absent when the recording does not say.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub wakers: Vec<JsonWaker>,
+}
+
+/// Who ended a thread's waits.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct JsonWaker {
+    /// `thread`, `process`, `interrupt` or `timer`.
+    pub kind: String,
+    pub who: String,
+    pub tid: u32,
+    pub pid: u32,
+    /// Sampled off-CPU time it ended.
+    pub ns: u64,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -287,6 +304,17 @@ impl<'a> JsonReport<'a> {
                         call: b.call.clone(),
                         detail: b.detail.clone(),
                         ns: b.ns,
+                        wakers: b
+                            .wakers
+                            .iter()
+                            .map(|w| JsonWaker {
+                                kind: w.kind.to_owned(),
+                                who: w.who.clone(),
+                                tid: w.tid,
+                                pid: w.pid,
+                                ns: w.ns,
+                            })
+                            .collect(),
                     })
                     .collect(),
             })

@@ -456,8 +456,8 @@ fn write_process<W: Write>(a: &Analysis, p: &ProcessSummary, w: &mut W) -> io::R
 }
 
 /// The thread's top wait, for the BLOCKED-ON column: `recvfrom socket TCP ... (82%)`, the
-/// share of its sampled off-CPU time; `-` when it never blocked or the recording does not
-/// say.
+/// share of its sampled off-CPU time, and who ended it most (`<- TID 812 (python)`); `-`
+/// when it never blocked or the recording does not say.
 fn top_wait(t: &ThreadSummary) -> String {
     let Some(top) = t.blocked_on.first() else {
         return "-".into();
@@ -468,7 +468,10 @@ fn top_wait(t: &ThreadSummary) -> String {
     } else {
         format!("{} {}", top.call, top.detail)
     };
-    format!("{what} ({})", units::percent(top.ns, all))
+    match top.wakers.first() {
+        Some(w) => format!("{what} ({}) <- {}", units::percent(top.ns, all), w.who),
+        None => format!("{what} ({})", units::percent(top.ns, all)),
+    }
 }
 
 fn write_top_files<W: Write>(a: &Analysis, w: &mut W) -> io::Result<()> {

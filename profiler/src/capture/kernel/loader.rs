@@ -26,10 +26,11 @@ pub struct VerifierRejection {
 
 /// The tracepoint of every context switch on the host (see [`SwitchHook`]).
 const SCHED_SWITCH: &str = "sched_switch";
-const SCHED: [&str; 3] = [
+const SCHED: [&str; 4] = [
     "sched_process_fork",
     "sched_process_exit",
     "sched_process_exec",
+    "sched_waking",
 ];
 /// The program of each tracked thread's context-switch event (see `switch_hooks.rs`).
 const SWITCH_OUT: &str = "switch_out";
