@@ -148,6 +148,22 @@ fn json_has_the_required_keys_and_each_thread_partitions_its_lifetime() {
     assert_eq!(json["events"]["sched"]["dropped"], 10);
 }
 
+/// The JSON report of `a`, with no attribution.
+fn report_of(a: &profiler_core::analysis::model::Analysis) -> serde_json::Value {
+    let load = LoadInfo::default();
+    let report = profiler_core::Report::new(a, None, &load);
+    serde_json::to_value(report_json::JsonReport::new(&report)).unwrap()
+}
+
+fn thread_of(json: &serde_json::Value, tid: u32) -> &serde_json::Value {
+    json["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["tid"] == tid)
+        .unwrap()
+}
+
 /// Who ended each wait comes with the off-CPU sample of the same time after it: a traced
 /// thread, a task outside the job, a timer; a waker of another time belongs to no sample.
 #[test]
@@ -215,15 +231,8 @@ fn each_wait_says_who_ended_it_a_traced_thread_a_task_outside_or_a_timer() {
         ]
     );
     assert!(on[1].wakers.is_empty(), "{:?}", on[1]);
-    let load = LoadInfo::default();
-    let report = profiler_core::Report::new(&a, None, &load);
-    let json = serde_json::to_value(report_json::JsonReport::new(&report)).unwrap();
-    let t = json["threads"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|t| t["tid"] == 100)
-        .unwrap();
+    let json = report_of(&a);
+    let t = thread_of(&json, 100);
     assert_eq!(t["blocked_on"][0]["wakers"][0]["kind"], "thread");
     assert_eq!(t["blocked_on"][0]["wakers"][0]["tid"], 101);
     assert_eq!(t["blocked_on"][0]["wakers"][1]["who"], "PID 999 (curl)");
@@ -275,23 +284,11 @@ fn each_thread_says_what_it_blocked_in_the_most_time_first() {
             ("futex", "futex", "0x7f00", 5 * MS)
         ]
     );
-    let load = LoadInfo::default();
-    let report = profiler_core::Report::new(&a, None, &load);
-    let json = serde_json::to_value(report_json::JsonReport::new(&report)).unwrap();
-    let t = json["threads"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|t| t["tid"] == 100)
-        .unwrap();
+    let json = report_of(&a);
+    let t = thread_of(&json, 100);
     assert_eq!(t["blocked_on"][0]["kind"], "socket");
     assert_eq!(t["blocked_on"][0]["detail"], socket);
     assert_eq!(t["blocked_on"][0]["ns"], 50 * MS);
     // A thread that never said has no key at all.
-    let other = json["threads"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|t| t["tid"] == 101);
-    assert!(other.unwrap().get("blocked_on").is_none());
+    assert!(thread_of(&json, 101).get("blocked_on").is_none());
 }
