@@ -275,6 +275,12 @@ pub struct RecordArgs {
     /// carry their Python frames (function, file, line) in place of the interpreter loop's.
     #[arg(long)]
     pub no_python: bool,
+    /// Also say who woke each sampled wait (`blocked_on[].wakers`): a program on the kernel's
+    /// `sched_waking` tracepoint then runs for every wake-up on the host (about 46 ns each,
+    /// most of them leaving at once for a thread not traced; 2 points of a wake-up storm's
+    /// throughput on 2 CPUs), which is why it is not on by default.
+    #[arg(long)]
+    pub wakers: bool,
     #[command(flatten)]
     pub out: OutputArgs,
     /// Launch this command and trace it from its first instruction.
@@ -334,6 +340,7 @@ impl From<RecordArgs> for RecordingPlan {
                 nvml_lib: a.nvml_lib,
                 cuda_probes: !a.no_cuda_probes,
                 python: !a.no_python,
+                wakers: a.wakers,
                 unwind: a.unwind,
                 switch_hook: a.switch_hook,
             },
@@ -677,6 +684,7 @@ mod tests {
                 nvml_lib: Some(PathBuf::from("/opt/libnvidia-ml.so.1")),
                 cuda_probes: false,
                 python: false,
+                wakers: true,
                 unwind: Unwind::Fp,
                 switch_hook: SwitchHookChoice::PerThread,
             },

@@ -73,6 +73,8 @@ pub struct Signals {
     pub cuda_probes: bool,
     /// The Python frames of CPython processes.
     pub python: bool,
+    /// Who woke each sampled wait (the `sched_waking` program); off by default for its cost.
+    pub wakers: bool,
     pub unwind: Unwind,
     pub switch_hook: SwitchHookChoice,
 }
@@ -84,6 +86,7 @@ impl Default for Signals {
             nvml_lib: None,
             cuda_probes: true,
             python: true,
+            wakers: false,
             unwind: Unwind::Dwarf,
             switch_hook: SwitchHookChoice::Auto,
         }
@@ -257,6 +260,7 @@ impl RecordingPlan {
             (!s.gpu, "--no-gpu"),
             (!s.cuda_probes, "--no-cuda-probes"),
             (!s.python, "--no-python"),
+            (s.wakers, "--wakers"),
             (!self.outputs.wants(Format::Flamegraph), "--no-flamegraphs"),
         ];
         line.extend(

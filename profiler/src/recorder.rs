@@ -142,6 +142,9 @@ fn attach(plan: &RecordingPlan) -> anyhow::Result<Attached> {
     if !signals.cuda_probes {
         skip.push("cuda".into());
     }
+    if !signals.wakers {
+        skip.push("wakers".into());
+    }
     // The kernel's symbols load before attaching (see `Namer::load_kernel_symbols`), on this
     // thread (a symbolizer stays on the thread that made it) while another loads the programs.
     let offsets = layout.offsets;

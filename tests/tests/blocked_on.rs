@@ -3,9 +3,9 @@
 //! `blocked_on[]`. Checked on `tests/pyjob/waits.py`'s jobs against what each job says it
 //! does: the sparse server's loop waits for requests in `recv` (or `epoll_wait`) on the socket
 //! its truth names, the lock job's loop on a futex, the sleeping helper in a sleep. And who
-//! ended those waits (`wakers[]`, from `sched_waking`): the producer thread that held the
-//! lock, the client outside the job (or the network receive it ran), a timer. Needs root and
-//! the simulated GPU.
+//! ended those waits (`wakers[]`, from `sched_waking`, with `record --wakers`; none without
+//! it): the producer thread that held the lock, the client outside the job (or the network
+//! receive it ran), a timer. Needs root and the simulated GPU.
 #[allow(
     dead_code,
     reason = "each test binary uses its own part of the shared helpers"
@@ -37,7 +37,7 @@ fn python() -> String {
 
 /// Runs `scenario` long enough to record it for 5 s once ready, records it, and waits for
 /// its truth.
-fn record(scenario: &str, extra: &[&str]) -> Run {
+fn record(scenario: &str, extra: &[&str], wakers: bool) -> Run {
     let sim = Sim::new(&format!("blocked-{scenario}"));
     let dir = Scratch::new(&format!("blocked-{scenario}"));
     let truth_path = dir.join("truth.jsonl");
@@ -58,7 +58,9 @@ fn record(scenario: &str, extra: &[&str]) -> Run {
     let f = Spawned::start(
         command()
             .env("STALLSCOPE_SIMGPU_STATE", &sim.state)
-            .args(["record", "--json", "--no-flamegraphs", "-d", "5s", "-o"])
+            .args(["record", "--json", "--no-flamegraphs", "-d", "5s"])
+            .args(wakers.then_some("--wakers"))
+            .arg("-o")
             .arg(dir.join("x.rec"))
             .args(["--pid", &pid, "--nvml-lib"])
             .arg(sim.libs.join("libnvidia-ml.so.1")),
@@ -108,9 +110,9 @@ fn top_waker(wait: &Value) -> &Value {
     top
 }
 
-fn sparse(io: &str, kind: &str, calls: &[&str]) {
+fn sparse(io: &str, kind: &str, calls: &[&str], wakers: bool) {
     let _serial = common::serial();
-    let r = record("sparse-server", &["--io", io]);
+    let r = record("sparse-server", &["--io", io], wakers);
     let top = top_wait(&r, u(&r.truth, "feeder_tid"));
     assert_eq!(top["kind"], kind, "{top}");
     let call = top["call"].as_str().unwrap_or_default();
@@ -131,6 +133,10 @@ fn sparse(io: &str, kind: &str, calls: &[&str]) {
         );
         assert_eq!(detail, want, "{top}");
     }
+    if !wakers {
+        assert!(top.get("wakers").is_none(), "no --wakers, no wakers: {top}");
+        return;
+    }
     // Woken by the client, outside the job: by its own call, or by the network receive its
     // send ran (loopback delivers in the sender's system call).
     let waker = top_waker(top);
@@ -144,7 +150,7 @@ fn sparse(io: &str, kind: &str, calls: &[&str]) {
 
 #[test]
 fn a_server_waiting_for_requests_is_blocked_on_its_socket() {
-    sparse("recv", "socket", &["recvfrom", "recvmsg", "read"]);
+    sparse("recv", "socket", &["recvfrom", "recvmsg", "read"], true);
 }
 
 #[test]
@@ -153,13 +159,14 @@ fn a_server_waiting_in_epoll_is_blocked_in_poll() {
         "epoll",
         "poll",
         &["epoll_wait", "epoll_pwait", "epoll_pwait2"],
+        false,
     );
 }
 
 #[test]
 fn a_loop_waiting_for_a_lock_and_a_sleeping_thread_say_so() {
     let _serial = common::serial();
-    let r = record("lock", &[]);
+    let r = record("lock", &[], true);
     let top = top_wait(&r, u(&r.truth, "feeder_tid"));
     assert_eq!(top["kind"], "futex", "{top}");
     assert_eq!(top["call"], "futex", "{top}");
@@ -168,7 +175,7 @@ fn a_loop_waiting_for_a_lock_and_a_sleeping_thread_say_so() {
     let producer = u(&r.truth["holder"], "tid");
     assert_eq!(waker["kind"], "thread", "{waker}");
     assert_eq!(u(waker, "tid"), producer, "{waker}");
-    let r = record("gil-asleep", &[]);
+    let r = record("gil-asleep", &[], true);
     let holder = u(&r.truth["holder"], "tid");
     let top = top_wait(&r, holder);
     assert_eq!(top["kind"], "sleep", "thread {holder}: {top}");

@@ -51,7 +51,7 @@ pub struct BenchArgs {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "stallscope,stallscope-every-launch,stallscope-no-python,agent,bpftrace,runqlat,offcputime,perf-switch-count"
+        default_value = "stallscope,stallscope-every-launch,stallscope-no-python,stallscope-wakers,agent,bpftrace,runqlat,offcputime,perf-switch-count"
     )]
     pub tracers: Vec<Tracer>,
     /// CPU that pingpong is pinned to [default: the last CPU], leaving the others to the

@@ -62,6 +62,7 @@ impl Workload {
             (Self::W4, Tracer::None | Tracer::Stallscope | Tracer::StallscopeEveryLaunch) => true,
             (Self::W5, Tracer::None | Tracer::Stallscope | Tracer::StallscopeNoPython) => true,
             (Self::W1 | Self::W3, Tracer::Agent) => true,
+            (Self::W1 | Self::W1u | Self::W5, Tracer::StallscopeWakers) => true,
             (Self::W1 | Self::W1u, Tracer::StallscopePerThread | Tracer::StallscopeTracepoint) => {
                 true
             }
@@ -70,6 +71,7 @@ impl Workload {
                 _,
                 Tracer::StallscopeEveryLaunch
                 | Tracer::StallscopeNoPython
+                | Tracer::StallscopeWakers
                 | Tracer::StallscopePerThread
                 | Tracer::StallscopeTracepoint
                 | Tracer::Agent,
@@ -120,6 +122,7 @@ impl Config {
             | Tracer::Stallscope
             | Tracer::StallscopeEveryLaunch
             | Tracer::StallscopeNoPython
+            | Tracer::StallscopeWakers
             | Tracer::StallscopePerThread
             | Tracer::StallscopeTracepoint
             | Tracer::Agent => {

@@ -337,6 +337,20 @@ fn targets(cfg: &Config, records: &[RunRecord]) {
             fmt(r)
         );
     }
+    // The wake-up program runs for every wake-up on the host: the ratios with it should stay
+    // within one point of the same recorder without it, side by side.
+    for w in [Workload::W1, Workload::W1u, Workload::W5] {
+        let (with, without) = (
+            ratio(w, Tracer::StallscopeWakers),
+            ratio(w, Tracer::Stallscope),
+        );
+        println!(
+            "- {} {w:?} stallscope --wakers within 0.01 of stallscope: {} vs {}",
+            verdict(with.zip(without).map(|(a, b)| a.0 >= b.0 - 0.01)),
+            fmt(with),
+            fmt(without)
+        );
+    }
     // The agent is held to `record`'s targets on the workloads it runs on.
     for (w, target) in [(Workload::W1, 0.85), (Workload::W3, 0.97)] {
         let r = ratio(w, Tracer::Agent);

@@ -21,6 +21,9 @@ pub enum Tracer {
     StallscopeEveryLaunch,
     /// stallscope without the Python frames (`--no-python`): what reading them costs.
     StallscopeNoPython,
+    /// stallscope with its wake-up program (`--wakers`): what knowing who woke each sampled
+    /// wait costs.
+    StallscopeWakers,
     /// stallscope seeing switches through per-thread perf events (`--switch-hook
     /// per-thread`) rather than the `sched_switch` tracepoint.
     StallscopePerThread,
@@ -45,6 +48,7 @@ impl Tracer {
             Self::Stallscope
                 | Self::StallscopeEveryLaunch
                 | Self::StallscopeNoPython
+                | Self::StallscopeWakers
                 | Self::StallscopePerThread
                 | Self::StallscopeTracepoint
         )
@@ -56,6 +60,7 @@ impl Tracer {
             Self::Stallscope => "stallscope",
             Self::StallscopeEveryLaunch => "stallscope --launch-duty 100",
             Self::StallscopeNoPython => "stallscope --no-python",
+            Self::StallscopeWakers => "stallscope --wakers",
             Self::StallscopePerThread => "stallscope --switch-hook per-thread",
             Self::StallscopeTracepoint => "stallscope --switch-hook tracepoint",
             Self::Agent => "stallscope agent",
@@ -130,11 +135,13 @@ pub fn attach(
         Tracer::Stallscope
         | Tracer::StallscopeEveryLaunch
         | Tracer::StallscopeNoPython
+        | Tracer::StallscopeWakers
         | Tracer::StallscopePerThread
         | Tracer::StallscopeTracepoint => {
             match t {
                 Tracer::StallscopeEveryLaunch => cmd.args(["record", "--launch-duty", "100"]),
                 Tracer::StallscopeNoPython => cmd.args(["record", "--no-python"]),
+                Tracer::StallscopeWakers => cmd.args(["record", "--wakers"]),
                 Tracer::StallscopePerThread => cmd.args(["record", "--switch-hook", "per-thread"]),
                 Tracer::StallscopeTracepoint => cmd.args(["record", "--switch-hook", "tracepoint"]),
                 _ => cmd.arg("record"),

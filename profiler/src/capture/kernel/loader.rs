@@ -26,12 +26,13 @@ pub struct VerifierRejection {
 
 /// The tracepoint of every context switch on the host (see [`SwitchHook`]).
 const SCHED_SWITCH: &str = "sched_switch";
-const SCHED: [&str; 4] = [
+const SCHED: [&str; 3] = [
     "sched_process_fork",
     "sched_process_exit",
     "sched_process_exec",
-    "sched_waking",
 ];
+/// Who woke a tracked thread (see profiler-ebpf's `sched_waking`): loaded with `--wakers`.
+const WAKING: &str = "sched_waking";
 /// The program of each tracked thread's context-switch event (see `switch_hooks.rs`).
 const SWITCH_OUT: &str = "switch_out";
 const BLOCK: [&str; 3] = ["block_submit", "block_rq_issue", "block_rq_complete"];
@@ -71,7 +72,7 @@ fn tracked_elements() -> u32 {
 }
 
 /// Loads every program, with room for `max_threads` tracked threads at once. Optional
-/// signals in `skip` (block_io, page_cache) are not loaded.
+/// signals in `skip` (block_io, page_cache, cuda, wakers) are not loaded.
 pub fn load(
     offsets: &Offsets,
     config: &Config,
@@ -99,6 +100,10 @@ pub fn load(
         prog.load(name, &btf).map_err(|e| rejection(name, e))?;
     }
     let wanted = |signal: &str| !skip.iter().any(|s| s == signal);
+    if wanted("wakers") {
+        let prog: &mut BtfTracePoint = program(&mut ebpf, WAKING)?;
+        prog.load(WAKING, &btf).map_err(|e| rejection(WAKING, e))?;
+    }
     if wanted("block_io") {
         for name in BLOCK {
             let prog: &mut TracePoint = program(&mut ebpf, name)?;
@@ -153,6 +158,12 @@ pub fn attach(
         let prog: &mut BtfTracePoint = program(ebpf, name)?;
         prog.attach()
             .map_err(|e| anyhow::Error::new(e).context(format!("attaching {name}")))?;
+    }
+    if let Ok(prog) = program::<BtfTracePoint>(ebpf, WAKING)
+        && prog.fd().is_ok()
+        && let Err(e) = prog.attach()
+    {
+        unavailable.push(("wakers".into(), format!("attaching {WAKING}: {e}")));
     }
     for name in BLOCK {
         if let Ok(prog) = program::<TracePoint>(ebpf, name) {
