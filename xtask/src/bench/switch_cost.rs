@@ -78,7 +78,9 @@ fn one(cfg: &Config, tracked: bool) -> Result<Costs, String> {
     let idle = spawn(&["sleep", "--secs", "120"])?;
     let work = spawn(&["pingpong", "--secs", &secs, "--cpu", &cpu])?;
     let target = if tracked { work.pid() } else { idle.pid() };
-    let tracer = tracers::attach(cfg, Tracer::Stallscope, target, &dir, cfg.secs)?
+    // With `--wakers`, so that the wake-up program's runs are counted too; the switch
+    // program's own time per run does not change with it.
+    let tracer = tracers::attach(cfg, Tracer::StallscopeWakers, target, &dir, cfg.secs)?
         .ok_or("stallscope did not attach")?;
     let stats = work
         .wait_line(Duration::from_secs(cfg.secs + 30), |l| {
