@@ -148,6 +148,18 @@ fn json_has_the_required_keys_and_each_thread_partitions_its_lifetime() {
     assert_eq!(json["events"]["sched"]["dropped"], 10);
 }
 
+/// An off-CPU sample of thread 100, not in IO.
+fn blocked_sample(ts_ns: u64, duration_ns: u64) -> Record {
+    Record::OffCpuSample {
+        ts_ns,
+        tid: 100,
+        pid: 100,
+        duration_ns,
+        io: false,
+        stack: 1,
+    }
+}
+
 /// The JSON report of `a`, with no attribution.
 fn report_of(a: &profiler_core::analysis::model::Analysis) -> serde_json::Value {
     let load = LoadInfo::default();
@@ -183,35 +195,27 @@ fn each_wait_says_who_ended_it_a_traced_thread_a_task_outside_or_a_timer() {
         waker_comm: comm.into(),
         context: context.into(),
     };
-    let sample = |ts_ns: u64, duration_ns: u64| Record::OffCpuSample {
-        ts_ns,
-        tid: 100,
-        pid: 100,
-        duration_ns,
-        io: false,
-        stack: 1,
-    };
     let at = START_NS + 10 * MS;
     records.extend([
         blocked(at, "futex"),
         woken(at, 101, "worker", "task"),
-        sample(at, 30 * MS),
+        blocked_sample(at, 30 * MS),
         blocked(at + 40 * MS, "futex"),
         woken(at + 40 * MS, 999, "curl", "task"),
-        sample(at + 40 * MS, 10 * MS),
+        blocked_sample(at + 40 * MS, 10 * MS),
         blocked(at + 60 * MS, "futex"),
         woken(at + 60 * MS, 0, "swapper/1", "timer"),
-        sample(at + 60 * MS, 5 * MS),
+        blocked_sample(at + 60 * MS, 5 * MS),
         blocked(at + 70 * MS, "futex"),
         woken(at + 70 * MS, 0, "swapper/0", "network receive"),
-        sample(at + 70 * MS, 2 * MS),
+        blocked_sample(at + 70 * MS, 2 * MS),
         // A timer that interrupted another task is the same timer.
         blocked(at + 75 * MS, "futex"),
         woken(at + 75 * MS, 999, "curl", "timer"),
-        sample(at + 75 * MS, MS),
+        blocked_sample(at + 75 * MS, MS),
         blocked(at + 80 * MS, "nanosleep"),
         woken(at + 79 * MS, 101, "worker", "task"),
-        sample(at + 80 * MS, 7 * MS),
+        blocked_sample(at + 80 * MS, 7 * MS),
     ]);
     let a = analyze(records).analysis;
     let on = &a.threads[&100].blocked_on;
@@ -250,26 +254,18 @@ fn each_thread_says_what_it_blocked_in_the_most_time_first() {
         call: call.into(),
         detail: detail.into(),
     };
-    let sample = |ts_ns: u64, duration_ns: u64| Record::OffCpuSample {
-        ts_ns,
-        tid: 100,
-        pid: 100,
-        duration_ns,
-        io: false,
-        stack: 1,
-    };
     let socket = "socket TCP 127.0.0.1:5000 <- 127.0.0.1:40412";
     let at = START_NS + 10 * MS;
     records.extend([
         blocked(at, "recvfrom", socket),
-        sample(at, 30 * MS),
+        blocked_sample(at, 30 * MS),
         blocked(at + 40 * MS, "futex", "0x7f00"),
-        sample(at + 40 * MS, 5 * MS),
+        blocked_sample(at + 40 * MS, 5 * MS),
         blocked(at + 50 * MS, "recvfrom", socket),
-        sample(at + 50 * MS, 20 * MS),
+        blocked_sample(at + 50 * MS, 20 * MS),
         // A sample of another time: not this call's.
         blocked(at + 80 * MS, "nanosleep", ""),
-        sample(at + 81 * MS, 7 * MS),
+        blocked_sample(at + 81 * MS, 7 * MS),
     ]);
     let a = analyze(records).analysis;
     let on: Vec<_> = a.threads[&100]
