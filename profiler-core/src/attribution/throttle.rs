@@ -54,9 +54,15 @@ impl SlowClock {
     }
 }
 
-/// The busy SM clocks of a GPU: slowed by a reason that slows any load, not slowed, and the
-/// reasons seen.
-type BusyClocks = (Vec<u32>, Vec<u32>, u64);
+/// A GPU's busy samples: how many were slowed by a reason that slows any load and how many
+/// not, each kind's median SM clock, and the reasons seen.
+struct BusyClocks {
+    slowed: usize,
+    free: usize,
+    slowed_mhz: Option<u32>,
+    free_mhz: Option<u32>,
+    reasons: u64,
+}
 
 fn busy_clocks(g: &GpuTimeline) -> BusyClocks {
     let (mut slowed, mut free, mut reasons) = (Vec::new(), Vec::new(), 0);
@@ -77,7 +83,13 @@ fn busy_clocks(g: &GpuTimeline) -> BusyClocks {
             free.push(mhz);
         }
     }
-    (slowed, free, reasons)
+    BusyClocks {
+        slowed: slowed.len(),
+        free: free.len(),
+        slowed_mhz: median(slowed),
+        free_mhz: median(free),
+        reasons,
+    }
 }
 
 fn median(mut v: Vec<u32>) -> Option<u32> {
@@ -90,27 +102,26 @@ pub fn slow_clocks(a: &Analysis) -> BTreeMap<u32, SlowClock> {
     let clocks: Vec<(&GpuTimeline, BusyClocks)> =
         a.gpus.values().map(|g| (g, busy_clocks(g))).collect();
     let mut out = BTreeMap::new();
-    for (g, (slowed, free, reasons)) in &clocks {
-        let busy = slowed.len() + free.len();
-        if busy == 0 || (slowed.len() as f64) < THROTTLED_SHARE * busy as f64 {
+    for (g, c) in &clocks {
+        let busy = c.slowed + c.free;
+        if busy == 0 || (c.slowed as f64) < THROTTLED_SHARE * busy as f64 {
             continue;
         }
         let others = clocks
             .iter()
             .filter(|(o, _)| o.info.index != g.info.index && o.info.name == g.info.name)
-            .filter_map(|(o, (_, free, _))| Some((median(free.clone())?, o.info.index)))
+            .filter_map(|(o, oc)| Some((oc.free_mhz?, o.info.index)))
             .max();
         let reference = others
             .map(|(mhz, i)| (mhz, Reference::Gpu(i)))
-            .or_else(|| median(free.clone()).map(|mhz| (mhz, Reference::Itself)));
-        let (Some(mhz), Some((reference_mhz, reference))) = (median(slowed.clone()), reference)
-        else {
+            .or_else(|| c.free_mhz.map(|mhz| (mhz, Reference::Itself)));
+        let (Some(mhz), Some((reference_mhz, reference))) = (c.slowed_mhz, reference) else {
             continue;
         };
         if f64::from(mhz) >= SLOWER_THAN * f64::from(reference_mhz) {
             continue;
         }
-        let mut named: Vec<&'static Reason> = clock_events::set_in(*reasons)
+        let mut named: Vec<&'static Reason> = clock_events::set_in(c.reasons)
             .filter(|r| r.slows_any_load)
             .collect();
         named.sort_by_key(|r| r.bit);
@@ -120,7 +131,7 @@ pub fn slow_clocks(a: &Analysis) -> BTreeMap<u32, SlowClock> {
                 mhz,
                 reference_mhz,
                 reference,
-                share: slowed.len() as f64 / busy as f64,
+                share: c.slowed as f64 / busy as f64,
                 reasons: named.into_iter().map(|r| r.key).collect(),
             },
         );

@@ -104,6 +104,16 @@ pub struct Pace {
     pub kernel_scale: Option<f64>,
 }
 
+impl Pace {
+    /// The GPU's busy time per step with `cause` fixed: shorter only for a throttled GPU's.
+    fn kernel_ns_fixed(&self, cause: Cause) -> f64 {
+        match (cause, self.kernel_scale) {
+            (Cause::GpuThrottled, Some(scale)) => self.kernel_ns * scale,
+            _ => self.kernel_ns,
+        }
+    }
+}
+
 /// The step's parts with `cause` fixed, or `None` for a cause without a model.
 fn fixed(cause: Cause, p: &StepParts, pace: &Pace, loader_share: f64) -> Option<StepSplit> {
     let mut s = p.split;
@@ -158,10 +168,7 @@ fn fixed(cause: Cause, p: &StepParts, pace: &Pace, loader_share: f64) -> Option<
     // The kernels still run: the feeder waits (in a sync or a collective) for at least what
     // its host work does not hide. A wait counted as a copy's or a collective's holds the
     // kernels queued behind it, so a fix that shortens it leaves them to wait for.
-    let kernel_ns = match (cause, pace.kernel_scale) {
-        (Cause::GpuThrottled, Some(scale)) => pace.kernel_ns * scale,
-        _ => pace.kernel_ns,
-    };
+    let kernel_ns = pace.kernel_ns_fixed(cause);
     let unhidden = (kernel_ns - s.host).max(0.0);
     let waits = s.gpu + s.collective;
     if waits < unhidden {
@@ -189,10 +196,7 @@ fn fixed(cause: Cause, p: &StepParts, pace: &Pace, loader_share: f64) -> Option<
 /// part of the step it takes. A collective's wait holds the step's own kernels first: only
 /// what is beyond them waits for other ranks.
 fn next_limit(s: &StepSplit, pace: &Pace, lost: &BTreeMap<Cause, u64>, fixed: Cause) -> String {
-    let kernel_ns = match (fixed, pace.kernel_scale) {
-        (Cause::GpuThrottled, Some(scale)) => pace.kernel_ns * scale,
-        _ => pace.kernel_ns,
-    };
+    let kernel_ns = pace.kernel_ns_fixed(fixed);
     let own = (kernel_ns - s.host - s.gpu).clamp(0.0, s.collective);
     let still = |causes: &[Cause]| {
         causes
