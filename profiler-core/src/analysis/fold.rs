@@ -12,6 +12,7 @@ use crate::analysis::model::{
 use crate::analysis::percentiles::Percentiles;
 use crate::analysis::stack_samples::SampleAccumulator;
 use crate::analysis::tick_slices::TimelineBuilder;
+use crate::analysis::wait_for::{StackWait, WaitFor, Woken, call_wait, classify, stack_wait};
 use crate::attribution::Attribution;
 use crate::fxhash::FxHashMap;
 use crate::recording::format::FormatError;
@@ -145,6 +146,8 @@ pub struct Analyzer {
     blocked_in: FxHashMap<u32, (u64, String, String)>,
     /// Each thread's last `WokenBy`, likewise.
     woken: FxHashMap<u32, (u64, WakerKey)>,
+    /// What each stack's frames say of a wait, once per stack.
+    stack_waits: FxHashMap<u32, StackWait>,
     processes: FxHashMap<u32, ProcessAcc>,
     stacks: BTreeMap<u32, Vec<String>>,
     samples: SampleAccumulator,
@@ -194,6 +197,39 @@ impl Analyzer {
             Some(m) => m.start_ns,
             None => self.first_ts_ns.unwrap_or(0),
         }
+    }
+
+    /// What an off-CPU sample with `stack` waited for, from its waker and its call when the
+    /// recording says them.
+    fn wait_for(
+        &mut self,
+        stack: u32,
+        waker: Option<&WakerKey>,
+        blocked_in: Option<&(u64, String, String)>,
+    ) -> WaitFor {
+        let stacks = &self.stacks;
+        let on_stack = *self.stack_waits.entry(stack).or_insert_with(|| {
+            stacks
+                .get(&stack)
+                .map_or(StackWait::Nothing, |f| stack_wait(f))
+        });
+        let threads = &self.threads;
+        let woken = waker
+            .map(|(tid, _, _, context)| Woken::of(*tid, context, |t| threads.contains_key(&t)));
+        let processes = &self.processes;
+        let call = blocked_in.map(|(_, call, detail)| {
+            let kind = BlockedOn::kind_of(call, detail);
+            (
+                call_wait(kind, detail, |p| processes.contains_key(&p)),
+                kind == "futex",
+            )
+        });
+        classify(
+            on_stack,
+            woken,
+            call.map(|c| c.0),
+            call.is_some_and(|c| c.1),
+        )
     }
 
     fn thread(&mut self, tid: u32, pid: u32) -> &mut ThreadAcc {
@@ -273,9 +309,13 @@ impl Analyzer {
                     .remove(&tid)
                     .filter(|(at, _)| *at == ts_ns)
                     .map(|(_, w)| w);
-                if let Some((at, call, detail)) = self.blocked_in.remove(&tid)
-                    && at == ts_ns
-                {
+                let blocked_in = self.blocked_in.remove(&tid).filter(|(at, ..)| *at == ts_ns);
+                if self.callers_off_cpu.keeps(tid, pid) {
+                    let wait = self.wait_for(stack, waker.as_ref(), blocked_in.as_ref());
+                    self.callers_off_cpu
+                        .off_cpu_sample(ts_ns, (tid, pid), duration_ns, wait);
+                }
+                if let Some((_, call, detail)) = blocked_in {
                     let t = self.thread(tid, pid);
                     let acc = t.blocked_on.entry((call, detail)).or_default();
                     acc.ns = acc.ns.saturating_add(duration_ns);
@@ -288,7 +328,6 @@ impl Analyzer {
                     .off_cpu_sample(tid, pid, stack, io, duration_ns);
                 self.timed
                     .off_cpu_sample(ts_ns, tid, stack, io, duration_ns);
-                self.callers_off_cpu.off_cpu_sample(ts_ns, tid, duration_ns);
             }
             Record::BlockedIn {
                 ts_ns,

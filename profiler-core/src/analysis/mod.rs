@@ -7,3 +7,4 @@ pub mod percentiles;
 pub mod stack_samples;
 pub mod tick_slices;
 pub mod timed_events;
+pub mod wait_for;

@@ -106,7 +106,8 @@ pub fn advise(
                 Cause::Pcie => link(&job, w),
                 Cause::NcclWait => straggler(w),
                 Cause::GpuThrottled => throttled(g.slow_clock.as_ref()?, w),
-                Cause::Unknown => return None,
+                Cause::GilContention | Cause::LockWait => holder(&job, w),
+                Cause::NoWork | Cause::Unknown => return None,
             };
             Some(Advice {
                 cause: w.cause,
@@ -654,6 +655,83 @@ fn link(job: &Job<'_>, w: &WhatIf) -> Advised {
         ms(w.step_ms_now),
         ms(w.step_ms_if_fixed)
     )];
+    Advised::new(change, w.speedup, evidence)
+}
+
+/// The innermost Python frame of a stack (`tokenize (waits.py:176)`), else its innermost
+/// frame.
+fn python_function(frames: &[String]) -> Option<&str> {
+    frames
+        .iter()
+        .rev()
+        .find(|f| f.ends_with(')') && f.contains(".py:"))
+        .or_else(|| frames.last())
+        .map(String::as_str)
+}
+
+/// The GIL or a lock of the job: who held it (the other thread of the feeder's process that
+/// ran meanwhile, from the cause's evidence) and what it ran.
+fn holder(job: &Job<'_>, w: &WhatIf) -> Advised {
+    let evidence = job
+        .g
+        .causes
+        .iter()
+        .find(|c| c.cause == w.cause)
+        .map(|c| &c.evidence);
+    let who = evidence
+        .and_then(|e| e.threads.first())
+        .map(|t| format!("thread {} ({})", t.tid, t.comm));
+    let running = evidence
+        .and_then(|e| e.stacks.first())
+        .and_then(|s| python_function(&s.frames));
+    let held = match (&who, running) {
+        (Some(who), Some(f)) => format!("{who} running {f}"),
+        (Some(who), None) => who.clone(),
+        _ => "another thread of the process".to_owned(),
+    };
+    let per_step: f64 = job
+        .g
+        .step_parts
+        .iter()
+        .map(|p| {
+            let share = if w.cause == Cause::GilContention {
+                p.waits.gil
+            } else {
+                p.lock_share()
+            };
+            p.split.input_wait * share
+        })
+        .sum::<f64>()
+        / job.g.step_parts.len().max(1) as f64
+        / 1e6;
+    let change = if w.cause == Cause::GilContention {
+        format!(
+            "the loop waits for the GIL, held by {held}: move that work into a \
+             DataLoader worker or another process, release the GIL in its native code, or run \
+             it less often"
+        )
+    } else {
+        format!(
+            "the loop waits on a lock held or signalled by {held}: do less while holding it, \
+             or have the batch ready ahead of the step (a queue filled one step ahead)"
+        )
+    };
+    let evidence = vec![
+        format!(
+            "waiting {} {} a step",
+            if w.cause == Cause::GilContention {
+                "for the GIL"
+            } else {
+                "on the lock"
+            },
+            ms(per_step)
+        ),
+        format!(
+            "without the wait the step {} → {}",
+            ms(w.step_ms_now),
+            ms(w.step_ms_if_fixed)
+        ),
+    ];
     Advised::new(change, w.speedup, evidence)
 }
 

@@ -20,6 +20,11 @@ pub enum Cause {
     Pcie,
     NcclWait,
     LaunchOverhead,
+    GilContention,
+    LockWait,
+    /// The feeder waits for input from outside the job: idle, but not a stall, and never the
+    /// verdict.
+    NoWork,
     /// A straggler rank whose GPU ran with its clocks held down: named for a rank, never for
     /// a window (a throttled GPU is busy; the ranks waiting for it lose the time).
     GpuThrottled,
@@ -62,6 +67,9 @@ impl Signal {
 pub enum Speakers {
     /// The DataLoader workers (every traced process off the GPU).
     Workers,
+    /// The other threads of the GPU's processes: who holds the GIL or a lock the feeder
+    /// waits for.
+    Others,
     /// The GPU's feeder threads.
     Feeder,
     /// Every traced thread.
@@ -117,12 +125,14 @@ pub struct CauseSpec {
     pub metric: Metric,
     pub stacks: Stacks,
     pub cuda: CudaEvidenceKind,
+    /// Whether the time is lost: `no_work` is idle for want of work, which no host fix gives.
+    pub is_stall: bool,
     /// The share of the window this cause explains; `None` for `unknown`, which is what is
     /// left when no score wins.
     pub score: Option<fn(&Shares) -> f64>,
 }
 
-pub const CAUSES: [CauseSpec; 10] = [
+pub const CAUSES: [CauseSpec; 13] = [
     CauseSpec {
         cause: Cause::DataloaderCpu,
         name: "dataloader_cpu",
@@ -135,7 +145,8 @@ pub const CAUSES: [CauseSpec; 10] = [
         metric: Metric::OnCpu,
         stacks: Stacks::OnCpu,
         cuda: CudaEvidenceKind::None,
-        score: Some(|s| s.feeder.blocked * s.workers_on),
+        is_stall: true,
+        score: Some(|s| s.blocked_left * s.workers_on),
     },
     CauseSpec {
         cause: Cause::Disk,
@@ -149,7 +160,8 @@ pub const CAUSES: [CauseSpec; 10] = [
         metric: Metric::IoWait,
         stacks: Stacks::IoWait,
         cuda: CudaEvidenceKind::None,
-        score: Some(|s| s.feeder.io_wait + s.feeder.blocked * 3.0 * s.workers_io),
+        is_stall: true,
+        score: Some(|s| s.feeder.io_wait + s.blocked_left * 3.0 * s.workers_io),
     },
     CauseSpec {
         cause: Cause::CpuContention,
@@ -163,7 +175,8 @@ pub const CAUSES: [CauseSpec; 10] = [
         metric: Metric::Runqueue,
         stacks: Stacks::OnCpu,
         cuda: CudaEvidenceKind::None,
-        score: Some(|s| s.runqueue_left + s.feeder.blocked * 2.0 * s.workers_rq),
+        is_stall: true,
+        score: Some(|s| s.runqueue_left + s.blocked_left * 2.0 * s.workers_rq),
     },
     CauseSpec {
         cause: Cause::HostCompute,
@@ -177,6 +190,7 @@ pub const CAUSES: [CauseSpec; 10] = [
         metric: Metric::OnCpu,
         stacks: Stacks::OnCpu,
         cuda: CudaEvidenceKind::None,
+        is_stall: true,
         score: Some(|s| if s.launch_bound { 0.0 } else { s.own_work }),
     },
     CauseSpec {
@@ -191,6 +205,7 @@ pub const CAUSES: [CauseSpec; 10] = [
         metric: Metric::InCuda,
         stacks: Stacks::OnCpu,
         cuda: CudaEvidenceKind::Copies,
+        is_stall: true,
         score: Some(|s| if s.link_limited { 0.0 } else { s.copy }),
     },
     CauseSpec {
@@ -205,6 +220,7 @@ pub const CAUSES: [CauseSpec; 10] = [
         metric: Metric::InCuda,
         stacks: Stacks::OnCpu,
         cuda: CudaEvidenceKind::Copies,
+        is_stall: true,
         score: Some(|s| if s.link_limited { s.copy } else { 0.0 }),
     },
     CauseSpec {
@@ -219,6 +235,7 @@ pub const CAUSES: [CauseSpec; 10] = [
         metric: Metric::InCuda,
         stacks: Stacks::OnCpu,
         cuda: CudaEvidenceKind::Collectives,
+        is_stall: true,
         score: Some(|s| s.collective),
     },
     CauseSpec {
@@ -233,7 +250,53 @@ pub const CAUSES: [CauseSpec; 10] = [
         metric: Metric::OnCpu,
         stacks: Stacks::OnCpu,
         cuda: CudaEvidenceKind::Launches,
+        is_stall: true,
         score: Some(|s| if s.launch_bound { s.own_work } else { 0.0 }),
+    },
+    CauseSpec {
+        cause: Cause::GilContention,
+        name: "gil_contention",
+        description: "the feeder waits to take the GIL back while another thread of its process runs Python",
+        fix: "move that thread's Python work into DataLoader worker processes (or another process), release the GIL in its native code, or run it less often; a free-threaded Python (3.13t) has no GIL",
+        score_doc: "feeder blocked × the share of its sampled off-CPU time in CPython's `take_gil`",
+        evidence_doc: "the GIL holders: the other threads of the feeder's process on-CPU meanwhile, their time and Python stacks",
+        needs: &[Signal::Scheduler],
+        speakers: Speakers::Others,
+        metric: Metric::OnCpu,
+        stacks: Stacks::OnCpu,
+        cuda: CudaEvidenceKind::None,
+        is_stall: true,
+        score: Some(|s| s.gil),
+    },
+    CauseSpec {
+        cause: Cause::LockWait,
+        name: "lock_wait",
+        description: "the feeder waits on a lock, queue or condition that another thread of the job holds or signals",
+        fix: "shorten what the other thread does while it holds the lock, or hand its work over ahead of time (a queue with a batch ready) so the loop does not wait each step",
+        score_doc: "feeder blocked × the share of its sampled off-CPU time woken from a futex by a traced thread that is no DataLoader worker (`--wakers`), or in lock frames (`PyThread_acquire_lock`, `pthread_mutex_lock`, a semaphore) while the workers are idle",
+        evidence_doc: "the other threads of the feeder's process on-CPU meanwhile (the holder), their time and stacks",
+        needs: &[Signal::Scheduler],
+        speakers: Speakers::Others,
+        metric: Metric::OnCpu,
+        stacks: Stacks::OnCpu,
+        cuda: CudaEvidenceKind::None,
+        is_stall: true,
+        score: Some(|s| s.lock),
+    },
+    CauseSpec {
+        cause: Cause::NoWork,
+        name: "no_work",
+        description: "the feeder waits for input from outside the job (requests on a socket): the GPU has no work, which is not a stall",
+        fix: "nothing on this host: the GPU waits for work. Watch request latency and throughput; batch requests if the GPU should be busier",
+        score_doc: "feeder blocked × the share of its sampled off-CPU time on a TCP or UDP socket, an epoll of such sockets or a pipe no traced process holds, or woken by the network or a task outside the job; idle, never the verdict",
+        evidence_doc: "what the feeder waited on (the socket's addresses) and who woke it",
+        needs: &[Signal::Scheduler],
+        speakers: Speakers::Feeder,
+        metric: Metric::Blocked,
+        stacks: Stacks::OnCpu,
+        cuda: CudaEvidenceKind::None,
+        is_stall: false,
+        score: Some(|s| s.no_work),
     },
     CauseSpec {
         cause: Cause::GpuThrottled,
@@ -247,6 +310,7 @@ pub const CAUSES: [CauseSpec; 10] = [
         metric: Metric::InCuda,
         stacks: Stacks::OnCpu,
         cuda: CudaEvidenceKind::None,
+        is_stall: true,
         score: None,
     },
     CauseSpec {
@@ -261,6 +325,7 @@ pub const CAUSES: [CauseSpec; 10] = [
         metric: Metric::Blocked,
         stacks: Stacks::OnCpu,
         cuda: CudaEvidenceKind::None,
+        is_stall: true,
         score: None,
     },
 ];

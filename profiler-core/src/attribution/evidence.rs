@@ -21,6 +21,9 @@ pub struct Evidence {
     /// For the causes the CUDA probes name.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cuda: Option<super::cuda_evidence::CudaEvidence>,
+    /// For `no_work`: what the feeder waited on, and the requests it served.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outside: Option<super::outside_evidence::OutsideEvidence>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -82,6 +85,7 @@ pub fn relevant(roles: &Roles, cause: Cause, tid: u32) -> bool {
     match cause.spec().speakers {
         Speakers::Workers => roles.role(tid) == Role::Worker,
         Speakers::Feeder => roles.role(tid) == Role::Feeder,
+        Speakers::Others => roles.role(tid) == Role::Other,
         Speakers::All => true,
     }
 }
@@ -167,6 +171,7 @@ pub fn gather(
         stacks,
         block_io: (io.requests > 0).then_some(io),
         cuda: None,
+        outside: None,
     }
 }
 

@@ -9,10 +9,12 @@ pub mod advice;
 mod causes;
 pub mod cuda_evidence;
 pub mod evidence;
+mod feeder_waits;
 #[cfg(test)]
 mod fixtures;
 mod intervals;
 mod link;
+mod outside_evidence;
 pub mod ranks;
 mod roles;
 mod rules;
@@ -284,6 +286,7 @@ fn attribute_gpu(
         slow_clock,
         ..GpuAttribution::default()
     };
+    let feeder_waits = feeder_waits::FeederWaits::new(&a.callers_off_cpu, roles);
     let mut open: Option<Stall> = None;
     let mut stalls = Vec::new();
     // Only periods the host timeline covers can be explained: NVML publishes samples late,
@@ -312,6 +315,7 @@ fn attribute_gpu(
         out.waiting_ns = out.waiting_ns.saturating_add(waited);
         let mut host = index.window(&a.timeline, roles, start, end);
         host.launch_bound = launch_rate >= rules::LAUNCH_BOUND_PER_SEC;
+        host.waits = feeder_waits.window(start, end);
         let feeder_probed = probed_since.is_some_and(|since| start >= since);
         if feeder_probed {
             let totals = waits.totals(start, end, |tid| roles.feeders.contains(&tid));
@@ -352,7 +356,10 @@ fn attribute_gpu(
             reason: label.reason.clone(),
             scores: label.scores,
         });
-        let stalled = s.period_ns > 0 && lost as f64 >= STALL_IDLE_FRACTION * s.period_ns as f64;
+        // Waiting for work is idle, not a stall.
+        let stalled = s.period_ns > 0
+            && lost as f64 >= STALL_IDLE_FRACTION * s.period_ns as f64
+            && window_cause.spec().is_stall;
         match (&mut open, stalled) {
             (Some(stall), true)
                 if stall.cause == window_cause && stall.end_ns + s.period_ns / 2 >= start =>
@@ -460,6 +467,16 @@ fn attribute_gpu(
     }
     out.stalls = stalls;
     out.causes = cause_evidence(a, timed, roles, g, &out.windows);
+    for c in &mut out.causes {
+        if c.cause == Cause::NoWork {
+            c.evidence.outside = outside_evidence::gather(
+                a,
+                roles,
+                covered,
+                out.busy_ns.saturating_sub(out.waiting_ns),
+            );
+        }
+    }
     out.seconds = seconds(a.start_ns, &out.windows);
     out
 }
@@ -575,9 +592,16 @@ fn verdict(gpus: &[GpuAttribution]) -> Verdict {
     }
     let idle: u64 = by_cause.values().sum();
     let waiting: u64 = gpus.iter().map(|g| g.waiting_ns).sum();
+    // Idle for want of work is no bottleneck: it is said, never the verdict.
     let top = by_cause
         .iter()
+        .filter(|(c, _)| c.spec().is_stall)
         .max_by_key(|(c, ns)| (**ns, std::cmp::Reverse(**c)));
+    let no_work: u64 = by_cause
+        .iter()
+        .filter(|(c, _)| !c.spec().is_stall)
+        .map(|(_, ns)| *ns)
+        .sum();
     let share = |ns: u64| {
         if observed == 0 {
             0.0
@@ -585,7 +609,7 @@ fn verdict(gpus: &[GpuAttribution]) -> Verdict {
             ns as f64 / observed as f64
         }
     };
-    let lost = if share(waiting) >= 0.005 {
+    let mut lost = if share(waiting) >= 0.005 {
         format!(
             "idled or waited in collectives {:.0}% of the time ({:.0}% waiting, which NVML counts busy)",
             share(idle) * 100.0,
@@ -594,6 +618,12 @@ fn verdict(gpus: &[GpuAttribution]) -> Verdict {
     } else {
         format!("idled {:.0}% of the time", share(idle) * 100.0)
     };
+    if share(no_work) >= 0.005 {
+        lost.push_str(&format!(
+            " ({:.0}% of GPU time waiting for work from outside the job, which is not a stall)",
+            share(no_work) * 100.0
+        ));
+    }
     match top {
         Some((&cause, &ns)) if share(ns) >= MODERATE_SHARE => {
             let severity = if share(ns) >= HIGH_SHARE {

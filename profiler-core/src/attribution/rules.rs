@@ -127,6 +127,14 @@ pub fn label_window(host: &HostWindow, busy: f64, unchecked: CauseSet) -> Label 
     };
     let spin_left = (cover - on).max(0.0);
     let c = cuda.unwrap_or_default();
+    let waits = host.waits;
+    // A DataLoader's queue is a lock and a condition too: lock frames with no waker to say
+    // who released them are the workers' while the workers are busy.
+    let workers_busy = w_on + w_rq + w_io > 0.0;
+    let lock = waits.lock_woken + if workers_busy { 0.0 } else { waits.lock };
+    let gil = f.blocked * waits.gil;
+    let lock = f.blocked * lock;
+    let no_work = f.blocked * waits.outside;
     let shares = Shares {
         feeder: f,
         workers_on: w_on,
@@ -138,6 +146,10 @@ pub fn label_window(host: &HostWindow, busy: f64, unchecked: CauseSet) -> Label 
         collective: c.collective,
         link_limited: host.link_limited,
         launch_bound: host.launch_bound,
+        gil,
+        lock,
+        no_work,
+        blocked_left: (f.blocked - gil - lock - no_work).max(0.0),
     };
     let scores = Scores::of(&shares).without(unchecked);
     let (best, score) = scores.best();

@@ -20,4 +20,10 @@ pub struct Shares {
     pub collective: f64,
     pub link_limited: bool,
     pub launch_bound: bool,
+    /// The feeder's blocked time waiting for the GIL, on a lock of the job, and for work from
+    /// outside the job; `blocked_left` is the rest, which the workers' causes explain.
+    pub gil: f64,
+    pub lock: f64,
+    pub no_work: f64,
+    pub blocked_left: f64,
 }

@@ -25,6 +25,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::feeder_waits::{FeederWaits, WaitShares};
 use super::roles::Roles;
 use super::window::TimelineIndex;
 use crate::analysis::model::TickSlice;
@@ -161,6 +162,17 @@ pub struct StepParts {
     /// The feeder around the step, ns per step, as for the workers: on a CPU, and waiting
     /// for one (preempted, or woken and not yet run).
     pub feeder: [f64; 2],
+    /// What the feeder's off-CPU time in the step was for, as its samples say.
+    pub waits: WaitShares,
+}
+
+impl StepParts {
+    /// The share of the feeder's off-CPU time the step lost on a lock of the job: lock
+    /// frames count only where the workers were idle (see the rules).
+    pub fn lock_share(&self) -> f64 {
+        let workers_idle = self.workers.iter().sum::<f64>() <= 0.0;
+        self.waits.lock_woken + if workers_idle { self.waits.lock } else { 0.0 }
+    }
 }
 
 /// The steps found, with each marker's end (CLOCK_MONOTONIC ns) for the timeline.
@@ -461,6 +473,7 @@ fn step_parts(ends: &[u64], tid: u32, l: &Lookups<'_>) -> Vec<StepParts> {
             staged_ns: cuda.call_copy_ns,
             workers: [0.0; 3],
             feeder: [0.0; 2],
+            waits: WaitShares::default(),
         });
     }
     parts
@@ -501,12 +514,19 @@ pub fn find(calls: &[CudaCall], roles: &Roles, lookups: &Lookups<'_>, span: (u64
     let pct = |q| p.percentile(q).map_or(0.0, |ns| ms(ns as f64));
     let n = (g.ends.len() - 1) as f64;
     let mut parts = step_parts(&g.ends, g.tid, lookups);
-    for (p, (w, f)) in parts
+    let own = Roles {
+        feeders: [g.tid].into(),
+        workers: roles.workers.clone(),
+    };
+    let feeder_waits = FeederWaits::new(lookups.off_cpu, &own);
+    for ((p, (w, f)), ends) in parts
         .iter_mut()
         .zip(states_around(&g.ends, g.tid, roles, lookups))
+        .zip(g.ends.windows(2))
     {
         p.workers = w;
         p.feeder = f;
+        p.waits = feeder_waits.window(ends[0], ends[1]);
     }
     let sum = parts.iter().fold(StepSplit::default(), |s, p| StepSplit {
         input_wait: s.input_wait + p.split.input_wait,
@@ -690,7 +710,7 @@ mod tests {
         let mut spans = OffCpuSpans::default();
         spans.calls_cuda(FEEDER);
         for i in (0..100).filter(|&i| sampled(i)) {
-            spans.off_cpu_sample(i * 100 * MS, FEEDER, 50 * MS);
+            spans.off_cpu_sample(i * 100 * MS, (FEEDER, FEEDER), 50 * MS, Default::default());
         }
         spans.finish();
         with_lookups(&ticks, &waits, &spans, |l| {
@@ -720,7 +740,7 @@ mod tests {
         ];
         let mut spans = OffCpuSpans::default();
         spans.calls_cuda(FEEDER);
-        spans.off_cpu_sample(250, FEEDER, 10);
+        spans.off_cpu_sample(250, (FEEDER, FEEDER), 10, Default::default());
         spans.finish();
         with_lookups(&ticks, &[], &spans, |l| {
             assert_eq!(off_cpu_inside(FEEDER, 400, 150, l), 0.0);

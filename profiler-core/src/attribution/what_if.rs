@@ -163,7 +163,10 @@ fn fixed(cause: Cause, p: &StepParts, pace: &Pace, loader_share: f64) -> Option<
             less -= from_sync;
             s.collective -= less.min(s.collective);
         }
-        Cause::Unknown => return None,
+        Cause::GilContention => s.input_wait *= 1.0 - p.waits.gil.clamp(0.0, 1.0),
+        Cause::LockWait => s.input_wait *= 1.0 - p.lock_share().clamp(0.0, 1.0),
+        // Work that does not come is not the host's to fix.
+        Cause::NoWork | Cause::Unknown => return None,
     }
     // The kernels still run: the feeder waits (in a sync or a collective) for at least what
     // its host work does not hide. A wait counted as a copy's or a collective's holds the
@@ -206,7 +209,14 @@ fn next_limit(s: &StepSplit, pace: &Pace, lost: &BTreeMap<Cause, u64>, fixed: Ca
             .filter(|c| lost.get(c).is_some_and(|ns| *ns > 0))
             .map(|c| c.name().to_owned())
     };
-    let input = [Cause::DataloaderCpu, Cause::Disk, Cause::CpuContention];
+    let input = [
+        Cause::DataloaderCpu,
+        Cause::Disk,
+        Cause::CpuContention,
+        Cause::GilContention,
+        Cause::LockWait,
+        Cause::NoWork,
+    ];
     let parts = [
         (
             s.input_wait,
@@ -455,6 +465,7 @@ mod tests {
             staged_ns: 0.0,
             workers: [0.0; 3],
             feeder: [0.0; 2],
+            waits: Default::default(),
         }
     }
 

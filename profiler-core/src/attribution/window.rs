@@ -56,6 +56,8 @@ pub struct HostWindow {
     pub link_gbps: Option<f64>,
     /// The feeder's process launches kernels at a launch-bound rate.
     pub launch_bound: bool,
+    /// What the feeder's blocked time was for, as its off-CPU samples say.
+    pub waits: super::feeder_waits::WaitShares,
 }
 
 /// Finds the ticks that overlap a window without scanning the whole timeline.

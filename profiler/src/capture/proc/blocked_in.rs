@@ -13,6 +13,8 @@ use std::{
 const FD_TTL: Duration = Duration::from_secs(1);
 /// The most processes named as a pipe's other end.
 const PIPE_PEERS: usize = 3;
+/// The most descriptors named of what an epoll watches.
+const EPOLL_TARGETS: usize = 4;
 
 /// A system call's name and whether its first argument is a file descriptor.
 fn call(nr: u32) -> Option<(&'static str, bool)> {
@@ -152,7 +154,45 @@ impl BlockedIn {
             self.pipes.insert(ino, (now, d.clone()));
             return d;
         }
+        if link == "anon_inode:[eventpoll]" {
+            return self.epoll(pid, fd, now);
+        }
         link
+    }
+
+    /// An epoll instance by what it watches: `epoll on socket TCP ...; pipe:[9] with ...`
+    /// (its fdinfo's `tfd:` lines). A server's loop waits in one on its sockets, whose other
+    /// end says whether the work comes from outside the job.
+    fn epoll(&mut self, pid: u32, fd: u64, now: Instant) -> String {
+        let Ok(info) = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{fd}")) else {
+            return "epoll".into();
+        };
+        let watched: Vec<String> = info
+            .lines()
+            .filter_map(|l| {
+                l.strip_prefix("tfd:")?
+                    .split_whitespace()
+                    .next()?
+                    .parse()
+                    .ok()
+            })
+            .filter(|&t: &u64| t != fd)
+            .take(EPOLL_TARGETS)
+            .map(|t| {
+                let d = self.read_fd(pid, t, now);
+                // An epoll inside an epoll is named, not opened again.
+                if d.starts_with("epoll") {
+                    "epoll".into()
+                } else {
+                    d
+                }
+            })
+            .collect();
+        if watched.is_empty() {
+            "epoll".into()
+        } else {
+            format!("epoll on {}", watched.join("; "))
+        }
     }
 }
 
@@ -268,6 +308,29 @@ mod tests {
             detail.contains(&format!("PID {} (sleep)", child.id())),
             "{detail}"
         );
+    }
+
+    #[test]
+    fn names_an_epoll_by_what_it_watches() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        // SAFETY: plain system calls on descriptors this test owns; each result is checked.
+        let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        assert!(ep >= 0);
+        let mut ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: 0,
+        };
+        // SAFETY: `ep` and the listener are open; `ev` outlives the call.
+        let added =
+            unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, listener.as_raw_fd(), &mut ev) };
+        assert_eq!(added, 0);
+        let mut b = BlockedIn::default();
+        let (call, detail) = b.describe(std::process::id(), nr_of("epoll_wait"), ep as u64);
+        // SAFETY: `ep` is this test's own descriptor, closed once.
+        unsafe { libc::close(ep) };
+        assert_eq!(call, "epoll_wait");
+        assert_eq!(detail, format!("epoll on socket TCP listening on {addr}"));
     }
 
     #[test]
