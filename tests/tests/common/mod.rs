@@ -5,6 +5,7 @@ pub mod procfs;
 pub mod simgpu;
 pub mod spawned;
 pub mod stallscope;
+pub mod waits_job;
 pub mod workload;
 
 use std::{
