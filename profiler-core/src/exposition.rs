@@ -137,12 +137,14 @@ pub struct GpuSeconds {
     pub rank: Option<u64>,
     pub busy_s: f64,
     /// (state, cause, seconds): idle and waiting, by cause; time no cause explained is
-    /// `unattributed`.
+    /// `unattributed`; idle waiting for work from outside the job is state `no_work`.
     pub lost: Vec<(&'static str, String, f64)>,
 }
 
 /// The label of idle or waiting time no cause explained.
 pub const UNATTRIBUTED: &str = "unattributed";
+/// The state of idle time the feeder spent waiting for work from outside the job.
+pub const NO_WORK: &str = "no_work";
 
 /// Each GPU's seconds in a JSON report (`report --format json`): busy; idle by cause;
 /// waiting (busy to NVML, but only waiting in collectives) by cause, which is the lost time
@@ -160,8 +162,16 @@ pub fn gpu_seconds(report: &JsonReport<'_>) -> Vec<GpuSeconds> {
         let mut split = |state: &'static str, total: f64, causes: BTreeMap<String, f64>| {
             let explained: f64 = causes.values().sum();
             for (cause, s) in causes {
-                if s > 0.0 {
+                if s <= 0.0 {
+                    continue;
+                }
+                // Idle for want of work is its own state: no alert on lost time counts it.
+                let stall =
+                    crate::attribution::Cause::from_name(&cause).is_none_or(|c| c.spec().is_stall);
+                if stall {
                     rows.push((state, cause, s));
+                } else {
+                    rows.push((NO_WORK, String::new(), s));
                 }
             }
             if total - explained > 1e-9 {
@@ -307,6 +317,23 @@ mod tests {
         let total: f64 = g.busy_s + g.lost.iter().map(|r| r.2).sum::<f64>();
         assert!((total - 11.0).abs() < 1e-9);
         assert_eq!(g.rank, None);
+    }
+
+    #[test]
+    fn idle_for_want_of_work_is_its_own_state_without_a_cause() {
+        let report = doc(serde_json::json!({"version": 1, "gpus": [{
+            "index": 0, "busy_ns": 1_000_000_000u64, "idle_ns": 9_000_000_000u64,
+            "idle_by_cause": {"no_work": 8_000_000_000u64, "gil_contention": 1_000_000_000u64},
+            "lost_by_cause": {"no_work": 8_000_000_000u64, "gil_contention": 1_000_000_000u64},
+        }]}));
+        let g = &gpu_seconds(&report)[0];
+        assert!(
+            g.lost.contains(&(NO_WORK, String::new(), 8.0)),
+            "{:?}",
+            g.lost
+        );
+        assert!(g.lost.contains(&("idle", "gil_contention".into(), 1.0)));
+        assert!(!g.lost.iter().any(|r| r.1 == "no_work"), "{:?}", g.lost);
     }
 
     #[test]

@@ -139,6 +139,8 @@ fn run_env(
 /// A run whose GPU idles this much on average has windows that are at least half idle in a
 /// row, so it must show a stall; below it, an even idle share may have none.
 const STALL_EXPECTED_ABOVE: f64 = 0.6;
+/// `unknown`'s most, as a share of GPU time, in a labelled scenario.
+const UNKNOWN_MAX: f64 = 0.03;
 
 fn assert_labelled(scenario: &str, cause: &str) {
     let _serial = serial();
@@ -186,6 +188,16 @@ fn labelled(r: &Run, scenario: &str, cause: &str) -> Result<(), String> {
         return Err(format!("{scenario}: stacks unwound: {u}"));
     }
     let share = explained_share(g, cause, in_doubt_allowance_ns(&r.truth))?;
+    let unknown = g["lost_by_cause"]["unknown"].as_u64().unwrap_or(0) as f64
+        / g["observed_ns"].as_u64().unwrap().max(1) as f64;
+    if unknown >= UNKNOWN_MAX {
+        return Err(format!(
+            "{scenario}: unknown took {:.1}% of GPU time, want under {:.0}%: {}",
+            unknown * 100.0,
+            UNKNOWN_MAX * 100.0,
+            g["lost_by_cause"]
+        ));
+    }
     if share < 0.9 {
         return Err(format!(
             "{scenario}: {:.1}% of the explained idle time is labelled {cause}, want at least \

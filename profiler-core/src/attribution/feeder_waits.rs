@@ -88,6 +88,26 @@ impl<'x> FeederWaits<'x> {
     }
 }
 
+/// What the feeders blocked in most over the recording, and who ended those waits, as a
+/// clause for an `unknown` window's reason: `; the feeder blocked most in futex 0x7f..,
+/// woken by TID 812 (python)`. `None` when the recording does not say.
+pub fn blocked_most(a: &crate::analysis::model::Analysis, roles: &Roles) -> Option<String> {
+    let top = roles
+        .feeders
+        .iter()
+        .filter_map(|t| a.threads.get(t))
+        .filter_map(|t| t.blocked_on.first())
+        .max_by_key(|b| b.ns)?;
+    let mut s = format!("; the feeder blocked most in {}", top.call);
+    if !top.detail.is_empty() {
+        s.push_str(&format!(" {}", top.detail));
+    }
+    if let Some(w) = top.wakers.first() {
+        s.push_str(&format!(", woken by {}", w.who));
+    }
+    Some(s)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -287,6 +287,7 @@ fn attribute_gpu(
         ..GpuAttribution::default()
     };
     let feeder_waits = feeder_waits::FeederWaits::new(&a.callers_off_cpu, roles);
+    let blocked_most = feeder_waits::blocked_most(a, roles);
     let mut open: Option<Stall> = None;
     let mut stalls = Vec::new();
     // Only periods the host timeline covers can be explained: NVML publishes samples late,
@@ -328,6 +329,12 @@ fn attribute_gpu(
         }
         // Waiting is lost time like idle: the rules see only the GPU's real work as busy.
         let mut label = label_window(&host, busy - waiting_fraction, unchecked);
+        if label.cause == Cause::Unknown
+            && let (Some(reason), Some(most)) = (&mut label.reason, &blocked_most)
+            && host.feeder.blocked > 0.0
+        {
+            reason.push_str(most);
+        }
         // Only host work is in doubt: the other causes stand on scheduler and IO evidence.
         if label.cause == Cause::HostCompute && probed_since.is_some_and(|since| start < since) {
             label.cause = Cause::Unknown;
