@@ -288,3 +288,95 @@ fn each_thread_says_what_it_blocked_in_the_most_time_first() {
     // A thread that never said has no key at all.
     assert!(thread_of(&json, 101).get("blocked_on").is_none());
 }
+
+/// What each sampled wait of a main thread was for, as the fold keeps it for the rules: the
+/// GIL by its stack whoever woke it, a socket's request from outside, a lock by its frames,
+/// a lock released by another thread of the job, a wait inside a CUDA call the GPU's.
+#[test]
+fn each_sampled_wait_of_a_main_thread_keeps_what_it_waited_for() {
+    use profiler_core::analysis::wait_for::WaitFor;
+    let mut records = fixture();
+    let stack = |id: u32, frames: &[&str]| Record::Stack {
+        id,
+        frames: frames.iter().map(|f| f.to_string()).collect(),
+    };
+    let sample = |ts_ns: u64, stack: u32| Record::OffCpuSample {
+        ts_ns,
+        tid: 100,
+        pid: 100,
+        duration_ns: 5 * MS,
+        io: false,
+        stack,
+    };
+    let blocked = |ts_ns: u64, call: &str, detail: &str| Record::BlockedIn {
+        ts_ns,
+        tid: 100,
+        call: call.into(),
+        detail: detail.into(),
+    };
+    let woken = |ts_ns: u64, waker_tid: u32, context: &str| Record::WokenBy {
+        ts_ns,
+        tid: 100,
+        waker_tid,
+        waker_pid: waker_tid,
+        waker_comm: "x".into(),
+        context: context.into(),
+    };
+    let at = |i: u64| START_NS + (10 + 10 * i) * MS;
+    records.extend([
+        stack(
+            50,
+            &[
+                "main",
+                "PyEval_RestoreThread",
+                "take_gil",
+                "pthread_cond_timedwait",
+            ],
+        ),
+        stack(51, &["main", "serve_one (srv.py:9)", "__libc_recv"]),
+        stack(52, &["main", "lock_PyThread_acquire_lock", "sem_clockwait"]),
+        stack(53, &["main", "cuCtxSynchronize", "pthread_cond_wait"]),
+        blocked(at(0), "futex", "0x7f00"),
+        woken(at(0), 999, "task"),
+        sample(at(0), 50),
+        blocked(
+            at(1),
+            "recvfrom",
+            "socket TCP 127.0.0.1:5000 <- 127.0.0.1:40412",
+        ),
+        sample(at(1), 51),
+        blocked(at(2), "futex", "0x7f10"),
+        sample(at(2), 52),
+        blocked(at(3), "futex", "0x7f10"),
+        woken(at(3), 101, "task"),
+        sample(at(3), 51),
+        sample(at(4), 53),
+        blocked(at(5), "read", "pipe:[9] with PID 4242 (feeder)"),
+        sample(at(5), 51),
+    ]);
+    let a = analyze(records).analysis;
+    let waits: Vec<WaitFor> = (0..6)
+        .map(|i| {
+            let w: Vec<_> = a
+                .callers_off_cpu
+                .waits_inside(100, at(i), at(i) + MS)
+                .collect();
+            assert_eq!(w.len(), 1, "wait {i}: {w:?}");
+            w[0].0
+        })
+        .collect();
+    assert_eq!(
+        waits,
+        [
+            WaitFor::Gil,
+            WaitFor::Outside,
+            WaitFor::Lock,
+            WaitFor::JobThread {
+                tid: 101,
+                lock: true
+            },
+            WaitFor::InCuda,
+            WaitFor::Outside,
+        ]
+    );
+}

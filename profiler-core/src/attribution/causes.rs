@@ -330,6 +330,14 @@ pub const CAUSES: [CauseSpec; 13] = [
     },
 ];
 
+impl CauseSpec {
+    /// Whether the evidence names what the feeder blocked in: the causes about what it
+    /// waited for, and `unknown`.
+    pub fn shows_feeder_waits(&self) -> bool {
+        matches!(self.speakers, Speakers::Others) || self.metric == Metric::Blocked
+    }
+}
+
 impl Cause {
     pub const ALL: [Cause; CAUSES.len()] = {
         let mut all = [Cause::Unknown; CAUSES.len()];

@@ -21,6 +21,10 @@ pub struct Evidence {
     /// For the causes the CUDA probes name.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cuda: Option<super::cuda_evidence::CudaEvidence>,
+    /// What the feeder blocked in most over the recording and who woke it, for the causes
+    /// about its waits (see `CauseSpec::shows_feeder_waits`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub feeder_waits: Vec<String>,
     /// For `no_work`: what the feeder waited on, and the requests it served.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outside: Option<super::outside_evidence::OutsideEvidence>,
@@ -171,6 +175,7 @@ pub fn gather(
         stacks,
         block_io: (io.requests > 0).then_some(io),
         cuda: None,
+        feeder_waits: Vec::new(),
         outside: None,
     }
 }

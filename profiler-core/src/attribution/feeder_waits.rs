@@ -88,24 +88,29 @@ impl<'x> FeederWaits<'x> {
     }
 }
 
-/// What the feeders blocked in most over the recording, and who ended those waits, as a
-/// clause for an `unknown` window's reason: `; the feeder blocked most in futex 0x7f..,
-/// woken by TID 812 (python)`. `None` when the recording does not say.
-pub fn blocked_most(a: &crate::analysis::model::Analysis, roles: &Roles) -> Option<String> {
-    let top = roles
-        .feeders
-        .iter()
-        .filter_map(|t| a.threads.get(t))
-        .filter_map(|t| t.blocked_on.first())
-        .max_by_key(|b| b.ns)?;
-    let mut s = format!("; the feeder blocked most in {}", top.call);
-    if !top.detail.is_empty() {
-        s.push_str(&format!(" {}", top.detail));
+/// The feeders' top waits over the recording, each with its share of the feeder's sampled
+/// blocked time and who ended it most: `futex 0x7f.. (98%), woken by TID 812 (python)`.
+pub fn top_waits(a: &crate::analysis::model::Analysis, roles: &Roles, n: usize) -> Vec<String> {
+    let mut out: Vec<(u64, String)> = Vec::new();
+    for t in roles.feeders.iter().filter_map(|t| a.threads.get(t)) {
+        let all: u64 = t.blocked_on.iter().map(|b| b.ns).sum();
+        for b in t.blocked_on.iter().take(n) {
+            let mut s = b.call.clone();
+            if !b.detail.is_empty() {
+                s.push_str(&format!(" {}", b.detail));
+            }
+            s.push_str(&format!(
+                " ({:.0}%)",
+                b.ns as f64 * 100.0 / all.max(1) as f64
+            ));
+            if let Some(w) = b.wakers.first() {
+                s.push_str(&format!(", woken by {}", w.who));
+            }
+            out.push((b.ns, s));
+        }
     }
-    if let Some(w) = top.wakers.first() {
-        s.push_str(&format!(", woken by {}", w.who));
-    }
-    Some(s)
+    out.sort_by(|x, y| y.0.cmp(&x.0).then_with(|| x.1.cmp(&y.1)));
+    out.into_iter().take(n).map(|(_, s)| s).collect()
 }
 
 #[cfg(test)]

@@ -178,6 +178,8 @@ pub const HIGH_SHARE: f64 = 0.20;
 const STALL_IDLE_FRACTION: f64 = 0.5;
 /// At most this many stalls per GPU are kept, the longest.
 const MAX_STALLS: usize = 20;
+/// The feeder's waits named in a cause's evidence.
+const TOP_WAITS: usize = 2;
 
 /// Why a window of a probed feeder that starts before the probes saw its first CUDA call, and
 /// looks like host work, has no cause: the feeder's time in CUDA calls was not measured yet.
@@ -287,7 +289,7 @@ fn attribute_gpu(
         ..GpuAttribution::default()
     };
     let feeder_waits = feeder_waits::FeederWaits::new(&a.callers_off_cpu, roles);
-    let blocked_most = feeder_waits::blocked_most(a, roles);
+    let feeder_top_waits = feeder_waits::top_waits(a, roles, TOP_WAITS);
     let mut open: Option<Stall> = None;
     let mut stalls = Vec::new();
     // Only periods the host timeline covers can be explained: NVML publishes samples late,
@@ -330,10 +332,10 @@ fn attribute_gpu(
         // Waiting is lost time like idle: the rules see only the GPU's real work as busy.
         let mut label = label_window(&host, busy - waiting_fraction, unchecked);
         if label.cause == Cause::Unknown
-            && let (Some(reason), Some(most)) = (&mut label.reason, &blocked_most)
+            && let (Some(reason), Some(most)) = (&mut label.reason, feeder_top_waits.first())
             && host.feeder.blocked > 0.0
         {
-            reason.push_str(most);
+            reason.push_str(&format!("; the feeder blocked most in {most}"));
         }
         // Only host work is in doubt: the other causes stand on scheduler and IO evidence.
         if label.cause == Cause::HostCompute && probed_since.is_some_and(|since| start < since) {
@@ -475,6 +477,9 @@ fn attribute_gpu(
     out.stalls = stalls;
     out.causes = cause_evidence(a, timed, roles, g, &out.windows);
     for c in &mut out.causes {
+        if c.cause.spec().shows_feeder_waits() {
+            c.evidence.feeder_waits.clone_from(&feeder_top_waits);
+        }
         if c.cause == Cause::NoWork {
             c.evidence.outside = outside_evidence::gather(
                 a,

@@ -221,6 +221,9 @@ fn write_evidence<W: Write>(ev: &Evidence, w: &mut W) -> io::Result<()> {
     if let Some(c) = &ev.cuda {
         write_cuda_evidence(c, w)?;
     }
+    for wait in &ev.feeder_waits {
+        writeln!(w, "      feeder blocked in: {wait}")?;
+    }
     if let Some(o) = &ev.outside {
         writeln!(w, "      the GPU waited for work: {}", o.describe())?;
     }
