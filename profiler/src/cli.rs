@@ -69,6 +69,12 @@ pub struct AgentArgs {
     /// /flamegraph?cause=CAUSE (e.g. 10m; 0, the default: off, and the recorders draw none).
     #[arg(long, value_parser = parse_duration, default_value = "0s", value_name = "DURATION")]
     pub flamegraphs: Duration,
+    /// TLS, client certificates, basic-auth users and response headers for the endpoint, in
+    /// the Prometheus exporter-toolkit's web config format (node_exporter's
+    /// --web.config.file). Without it /metrics is plain HTTP, open to anyone who reaches the
+    /// port; /flamegraph serves the job's function names and file paths.
+    #[arg(long = "web.config.file", value_name = "FILE")]
+    pub web_config: Option<PathBuf>,
 }
 
 const DOCTOR_EXIT_CODES: &str = "Exit status: 0 every check passed (or could not run, which is \
@@ -367,6 +373,7 @@ impl From<AgentArgs> for AgentPlan {
             nvml_lib: a.nvml_lib,
             segment: a.segment,
             flamegraphs: a.flamegraphs,
+            web_config: a.web_config,
         }
     }
 }
@@ -722,6 +729,7 @@ mod tests {
             nvml_lib: Some(PathBuf::from("/x/libnvidia-ml.so")),
             segment: Duration::from_secs(15),
             flamegraphs: Duration::from_secs(600),
+            web_config: None,
         };
         let recorder = agent.recorder(vec![11, 12], std::path::Path::new("/scratch/r1"));
         assert_eq!(plan_of(&recorder.command_line()), recorder);

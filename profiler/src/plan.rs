@@ -296,6 +296,8 @@ pub struct AgentPlan {
     pub segment: Duration,
     /// How long each cause's stacks are kept for /flamegraph (zero: none drawn).
     pub flamegraphs: Duration,
+    /// The endpoint's TLS and authentication (exporter-toolkit's format).
+    pub web_config: Option<PathBuf>,
 }
 
 impl AgentPlan {

@@ -1,5 +1,6 @@
 //! `stallscope agent` scraped by a real Prometheus (Debian's `prometheus`, on loopback) while it
-//! records stallgen on the simulated GPU: the job's injected cause rises in PromQL, every panel
+//! records stallgen on the simulated GPU, scraping over TLS with basic auth from the README's
+//! example web config: the job's injected cause rises in PromQL, every panel
 //! query of the Grafana dashboard returns data, the cause's flame graph shows the job's
 //! function, a restarted job is picked up again, and a lost NVML is `stallscope_nvml_up 0`,
 //! not an exit. A fleet of eight simulated hosts (network namespaces, each with its own GPU,
@@ -11,36 +12,22 @@
 mod common;
 
 use std::{
-    io::{Read as _, Write as _},
-    net::{TcpListener, TcpStream},
     path::{Path, PathBuf},
     process::Command,
     time::{Duration, Instant},
 };
 
 use common::{
-    Scratch, find_tool, serial,
+    Scratch,
+    endpoint::{Certs, agent, free_port, get, wait_for},
+    find_tool, serial,
     simgpu::{Sim, release_dir},
     spawned::Spawned,
-    stallscope::command,
 };
 use serde_json::Value;
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-/// A GET over plain HTTP/1.0: (status, body).
-fn get(addr: &str, path: &str) -> Option<(u16, String)> {
-    let mut s = TcpStream::connect(addr).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).ok()?;
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n")?;
-    let status = head.split_whitespace().nth(1)?.parse().ok()?;
-    Some((status, body.to_owned()))
 }
 
 fn encode(q: &str) -> String {
@@ -52,24 +39,6 @@ fn encode(q: &str) -> String {
             _ => format!("%{b:02X}"),
         })
         .collect()
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
-}
-
-fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
-    let start = Instant::now();
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(start.elapsed() < timeout, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(500));
-    }
 }
 
 fn stallgen(sim: &Sim, scenario: &str, secs: u32) -> Spawned {
@@ -84,38 +53,15 @@ fn stallgen(sim: &Sim, scenario: &str, secs: u32) -> Spawned {
     job
 }
 
-/// The agent, and the address it serves on.
-fn agent(sim: &Sim, nvml: &Path, targets: &[&str]) -> (Spawned, String) {
-    let proc = Spawned::start(
-        command()
-            .args([
-                "agent",
-                "--listen",
-                "127.0.0.1:0",
-                "--segment",
-                "3s",
-                "--nvml-lib",
-            ])
-            .arg(nvml)
-            .args(targets)
-            .env("STALLSCOPE_SIMGPU_STATE", &sim.state),
-    );
-    let line = proc
-        .wait_stderr(Duration::from_secs(30), |l| l.contains("serving http://"))
-        .unwrap_or_else(|| panic!("the agent never served:\n{}", proc.stderr_so_far()));
-    let addr = line
-        .split("http://")
-        .nth(1)
-        .and_then(|r| r.split('/').next())
-        .expect("an address")
-        .to_owned();
-    (proc, addr)
-}
-
 /// One sample's value in the agent's own exposition.
 fn scraped(addr: &str, series: &str) -> Option<f64> {
     let (status, body) = get(addr, "/metrics")?;
     assert_eq!(status, 200);
+    sample(&body, series)
+}
+
+/// One sample's value in an exposition.
+fn sample(body: &str, series: &str) -> Option<f64> {
     body.lines()
         .find(|l| l.starts_with(series) && l[series.len()..].starts_with([' ', '{']))
         .and_then(|l| l.rsplit(' ').next()?.parse().ok())
@@ -127,12 +73,14 @@ struct Prometheus {
 }
 
 impl Prometheus {
-    fn start(dir: &Scratch, target: &str) -> Self {
-        Self::scraping(dir, &[target.to_owned()])
-    }
-
     /// One server scraping every target each second.
     fn scraping(dir: &Scratch, targets: &[String]) -> Self {
+        Self::scraping_with(dir, targets, "")
+    }
+
+    /// One server scraping every target each second, with `scrape` added to the job's
+    /// config (YAML at the job's indentation).
+    fn scraping_with(dir: &Scratch, targets: &[String], scrape: &str) -> Self {
         let bin = find_tool("prometheus").unwrap_or_else(|| {
             panic!("prometheus is missing: apt-get install prometheus, or run `cargo xtask test`")
         });
@@ -141,7 +89,7 @@ impl Prometheus {
             &config,
             format!(
                 "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n\
-                 scrape_configs:\n  - job_name: stallscope\n    static_configs:\n      - targets: [{}]\n",
+                 scrape_configs:\n  - job_name: stallscope\n{scrape}    static_configs:\n      - targets: [{}]\n",
                 targets
                     .iter()
                     .map(|t| format!("'{t}'"))
@@ -183,6 +131,31 @@ impl Prometheus {
     }
 }
 
+/// The user and password of `deploy/kubernetes/web-config.yml`'s example hash.
+const EXAMPLE_USER: (&str, &str) = ("prometheus", "change-me");
+
+/// The README's example web config, in `dir` with a certificate of the test CA beside it
+/// (its relative paths name them): checked by `promtool check web-config` as Prometheus
+/// would read it.
+fn example_web_config(dir: &Scratch) -> (PathBuf, Certs) {
+    let certs = Certs::new(&dir.path);
+    let config = dir.join("web-config.yml");
+    std::fs::copy(repo().join("deploy/kubernetes/web-config.yml"), &config).unwrap();
+    let promtool = find_tool("promtool").expect("promtool (Debian's prometheus package)");
+    let out = Command::new(promtool)
+        .args(["check", "web-config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "promtool refuses the example web config: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (config, certs)
+}
+
 #[test]
 fn prometheus_sees_the_injected_cause_rise_and_every_dashboard_panel_has_data() {
     let _serial = serial();
@@ -190,12 +163,51 @@ fn prometheus_sees_the_injected_cause_rise_and_every_dashboard_panel_has_data() 
     let dir = Scratch::new("agent-prom");
     let job = stallgen(&sim, "dataloader-cpu", 120);
     let pid = job.pid.to_string();
+    // Served as the README says to: over TLS, behind basic auth, from the example web config.
+    let (web, certs) = example_web_config(&dir);
     let (_agent, addr) = agent(
         &sim,
         &sim.libs.join("libnvidia-ml.so.1"),
-        &["--pid", &pid, "--flamegraphs", "5m"],
+        &[
+            "--pid",
+            &pid,
+            "--flamegraphs",
+            "5m",
+            "--web.config.file",
+            &web.display().to_string(),
+        ],
     );
-    let prom = Prometheus::start(&dir, &addr);
+    let fetch = |path: &str| certs.get(&addr, path, Some(EXAMPLE_USER), false);
+    let scraped = |series: &str| {
+        let (status, body) = fetch("/metrics")?;
+        assert_eq!(status, 200, "{body}");
+        sample(&body, series)
+    };
+    // Nobody else gets in: a wrong or missing password is 401, plain HTTP gets no metrics.
+    let (status, _) = certs
+        .get(&addr, "/metrics", Some(("prometheus", "wrong")), false)
+        .expect("an answer over TLS");
+    assert_eq!(status, 401, "a wrong password");
+    let (status, _) = certs
+        .get(&addr, "/metrics", None, false)
+        .expect("an answer over TLS");
+    assert_eq!(status, 401, "no password");
+    let plain = common::endpoint::get_as(&addr, "/metrics", Some(EXAMPLE_USER));
+    assert!(
+        plain.is_none_or(|(_, body)| !body.contains("stallscope_agent_segments")),
+        "plain HTTP to the TLS port got metrics"
+    );
+    let prom = Prometheus::scraping_with(
+        &dir,
+        std::slice::from_ref(&addr),
+        &format!(
+            "    scheme: https\n    tls_config:\n      ca_file: {}\n    basic_auth:\n      \
+             username: {}\n      password: {}\n",
+            certs.ca.display(),
+            EXAMPLE_USER.0,
+            EXAMPLE_USER.1
+        ),
+    );
 
     let series = r#"sum(stallscope_gpu_seconds_total{state="idle",cause="dataloader_cpu"})"#;
     let first = wait_for(
@@ -211,11 +223,11 @@ fn prometheus_sees_the_injected_cause_rise_and_every_dashboard_panel_has_data() 
     assert!(later > first);
     // One recorder follows the job: after its first attach, its segments follow each other
     // with nothing left unrecorded between them.
-    let uncovered = || scraped(&addr, "stallscope_agent_uncovered_seconds_total");
-    let segments = || scraped(&addr, "stallscope_agent_segments_total");
+    let uncovered = || scraped("stallscope_agent_uncovered_seconds_total");
+    let segments = || scraped("stallscope_agent_segments_total");
     let (gap, seen) = (uncovered(), segments());
     // The cause's flame graph over the segments kept shows the workers' transform.
-    let (status, svg) = get(&addr, "/flamegraph?cause=dataloader_cpu").expect("an answer");
+    let (status, svg) = fetch("/flamegraph?cause=dataloader_cpu").expect("an answer");
     assert_eq!(status, 200, "{svg}");
     assert!(
         svg.contains("<svg"),
@@ -226,7 +238,7 @@ fn prometheus_sees_the_injected_cause_rise_and_every_dashboard_panel_has_data() 
         svg.contains("stallgen::work::burn_cpu_ms"),
         "the workers' transform is not in the flame graph"
     );
-    let (status, why) = get(&addr, "/flamegraph?cause=bogus").expect("an answer");
+    let (status, why) = fetch("/flamegraph?cause=bogus").expect("an answer");
     assert_eq!(status, 404);
     assert!(why.contains("dataloader_cpu"), "{why}");
 

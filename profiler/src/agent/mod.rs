@@ -10,9 +10,11 @@
 //! attach, a change of recorder) is counted, not guessed at: shares of GPU time, which the
 //! alert rules use, are ratios over the recorded time. GPU gauges are read from NVML at each
 //! scrape.
+mod basic_auth;
 mod flamegraphs;
 mod gauges;
 mod http;
+mod web_config;
 
 use std::{
     path::PathBuf,
@@ -60,6 +62,12 @@ struct Totals {
 }
 
 pub fn run(args: &AgentPlan) -> anyhow::Result<i32> {
+    let web = args
+        .web_config
+        .as_deref()
+        .map(web_config::load)
+        .transpose()?
+        .unwrap_or_default();
     privileges::check()?;
     let totals = Arc::new(Mutex::new(Totals::default()));
     {
@@ -95,7 +103,7 @@ pub fn run(args: &AgentPlan) -> anyhow::Result<i32> {
         flamegraphs::render(&dirs, cause, window)
     };
     let health = stop.clone();
-    let served = runtime.block_on(http::serve(args.listen, flamegraph, move || {
+    let served = runtime.block_on(http::serve(args.listen, web, flamegraph, move || {
         let mut e = Exposition::default();
         let (counters, targets) = {
             let t = totals.lock().unwrap_or_else(|p| p.into_inner());
