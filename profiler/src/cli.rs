@@ -40,6 +40,24 @@ pub enum Command {
     /// Serve this host's GPU time by state and cause, and its GPUs' health, as OpenMetrics on
     /// /metrics, recording the GPU processes (or --pid) continuously.
     Agent(AgentArgs),
+    /// Print a shell's completion script, e.g. `stallscope completions bash >
+    /// /etc/bash_completion.d/stallscope`.
+    Completions(CompletionsArgs),
+    /// Write the man pages (stallscope.1 and one per command) into a folder; the release
+    /// tarball ships them.
+    Manpages(ManpagesArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct CompletionsArgs {
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ManpagesArgs {
+    /// The folder to write them into (created if missing).
+    pub dir: PathBuf,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -5,6 +5,7 @@ mod cli;
 mod doctor;
 mod files;
 mod gate;
+mod install_files;
 mod nvml_reader;
 mod output;
 mod owner;
@@ -30,6 +31,8 @@ fn main() {
         cli::Command::Check(args) => (gate::run_check(&args.into()), 2),
         cli::Command::Doctor(args) => (doctor::run(&args.into()), 3),
         cli::Command::Agent(args) => (agent::run(&args.into()), 1),
+        cli::Command::Completions(args) => (install_files::print_completions(args.shell), 1),
+        cli::Command::Manpages(args) => (install_files::write_manpages(&args.dir), 1),
     };
     match result {
         Ok(code) => std::process::exit(code),

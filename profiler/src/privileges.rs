@@ -1,6 +1,8 @@
 //! What this process may do, and what it gives up: the capabilities checked before touching
 //! the kernel (every missing one named), whose processes a caller other than root may trace
 //! (its own, as ptrace decides), and the capabilities dropped once the programs are attached.
+use std::path::Path;
+
 use caps::{CapSet, Capability, CapsHashSet};
 
 const CAP_DAC_READ_SEARCH: u32 = 2;
@@ -44,15 +46,38 @@ pub fn check() -> anyhow::Result<()> {
     if missing.is_empty() {
         return Ok(());
     }
-    let exe = std::env::args()
-        .next()
-        .unwrap_or_else(|| "stallscope".into());
+    let args: Vec<String> = std::env::args().collect();
     anyhow::bail!(
-        "insufficient privileges: missing {}.\n\
-         Run it as root (`sudo {exe} record ...`), or grant the capabilities once:\n  \
+        "insufficient privileges: missing {}.\n{}",
+        missing.join(", "),
+        how_to_rerun(std::env::current_exe().ok().as_deref(), &args)
+    )
+}
+
+/// How to run the same command again with the privileges. sudo resets PATH to its
+/// secure_path, so a stallscope that the shell found in a virtualenv or ~/.local/bin (where pip
+/// puts it) is "command not found" under sudo: name the binary's absolute path, or keep PATH,
+/// as py-spy's message does.
+fn how_to_rerun(exe: Option<&Path>, args: &[String]) -> String {
+    let quoted = |a: &str| shlex::try_quote(a).map_or_else(|_| a.to_owned(), |q| q.into_owned());
+    let exe = exe.map_or_else(
+        || args.first().map_or("stallscope".into(), |a| quoted(a)),
+        |e| quoted(&e.to_string_lossy()),
+    );
+    let rest: String = args
+        .iter()
+        .skip(1)
+        .map(|a| format!(" {}", quoted(a)))
+        .collect();
+    format!(
+        "Run it as root, naming the binary (sudo resets PATH, so one installed with pip is not \
+         found by name):\n  \
+         sudo {exe}{rest}\n\
+         or keep your PATH:\n  \
+         sudo env \"PATH=$PATH\" stallscope{rest}\n\
+         or grant the capabilities to the binary once:\n  \
          sudo setcap cap_bpf,cap_perfmon,cap_sys_ptrace,cap_dac_read_search+ep {exe}\n\
-         (then it traces only the processes of the user who runs it)",
-        missing.join(", ")
+         (then it traces only the processes of the user who runs it)"
     )
 }
 
@@ -252,5 +277,21 @@ mod tests {
         pre_5_8.remove(&Capability::CAP_PERFMON);
         pre_5_8.remove(&Capability::CAP_BPF);
         assert!(kept(false, false, false, pre_5_8).contains(&Capability::CAP_SYS_ADMIN));
+    }
+    #[test]
+    fn the_rerun_hint_names_the_binary_and_keeps_path_for_a_virtualenv() {
+        let args: Vec<String> = ["stallscope", "record", "--pid", "42", "-o", "my run.rec"]
+            .map(String::from)
+            .into();
+        let hint = how_to_rerun(Some(Path::new("/home/u/venv/bin/stallscope")), &args);
+        assert!(
+            hint.contains("sudo /home/u/venv/bin/stallscope record --pid 42 -o 'my run.rec'\n"),
+            "{hint}"
+        );
+        assert!(
+            hint.contains("sudo env \"PATH=$PATH\" stallscope record --pid 42 -o 'my run.rec'\n"),
+            "{hint}"
+        );
+        assert!(hint.contains("+ep /home/u/venv/bin/stallscope\n"), "{hint}");
     }
 }

@@ -6,6 +6,7 @@ pub mod cpu;
 pub mod cuda;
 pub mod demo;
 pub mod gate_runs;
+pub mod glibc;
 pub mod io;
 pub mod reruns;
 pub mod sys;

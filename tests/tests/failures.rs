@@ -93,6 +93,15 @@ fn missing_privileges_name_the_capabilities() {
         "the error should name the missing capabilities:\n{}",
         f.describe()
     );
+    // sudo resets PATH: the hint names the binary's absolute path, and how to keep PATH.
+    let rerun = format!("sudo {} record --pid {}", copy.display(), w.pid);
+    assert!(
+        f.stderr.contains(&rerun)
+            && f.stderr
+                .contains("sudo env \"PATH=$PATH\" stallscope record"),
+        "the error should say how to rerun it under sudo ({rerun}):\n{}",
+        f.describe()
+    );
     assert!(
         !dir.join("x.rec").exists(),
         "nothing should be written on failure"

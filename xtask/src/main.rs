@@ -1,5 +1,6 @@
 //! stallscope's developer commands: set-up, demo, tests and benchmarks.
 mod bench;
+mod dist;
 mod fuzz;
 mod setup;
 mod test_run;
@@ -51,6 +52,10 @@ enum Cmd {
     /// `gate`, `unwind`, `whatif` (predicted speedups against the fixes run; `--runs N
     /// --secs S --only torch`).
     Bench(bench::BenchArgs),
+    /// Build what a user installs without building it into dist/: a manylinux2014 wheel
+    /// (glibc 2.17, linked with zig), a tarball with the binary, README, licences,
+    /// completions and man pages, and SHA256SUMS.
+    Dist,
     /// Coverage-guided fuzzing (cargo-fuzz, nightly) of the recording decoder and the report.
     Fuzz {
         /// Total minutes, split evenly between the targets.
@@ -204,6 +209,8 @@ fn test(sim_speed: f64, fuzz_minutes: f64, extra: &[String]) -> anyhow::Result<(
     let (viewer_python, chromium) = setup::ensure_viewer()?;
     // The deploy tests build deploy/Dockerfile with podman and run the agent in it.
     setup::ensure_container_base()?;
+    // The install test installs dist/'s wheel into a virtualenv with no toolchain.
+    dist::dist()?;
     run(cargo().args(["fmt", "--all", "--", "--check"]))?;
     run(cargo().args([
         "clippy",
@@ -229,6 +236,7 @@ fn test(sim_speed: f64, fuzz_minutes: f64, extra: &[String]) -> anyhow::Result<(
     .env("STALLSCOPE_TORCH_PYTHON", &torch)
     .env("STALLSCOPE_VIEWER_PYTHON", &viewer_python)
     .env("STALLSCOPE_CHROMIUM", &chromium)
+    .env("STALLSCOPE_DIST", dist::dir())
     .args(extra);
     test_run::set_sim_speed(&mut cmd, sim_speed);
     let tested = test_run::run(&mut cmd, &root().join("target/test-reruns.txt"));
@@ -258,6 +266,7 @@ fn main() -> anyhow::Result<()> {
             args,
         } => test(sim_speed, fuzz_minutes, &args),
         Cmd::Bench(args) => bench::run(args),
+        Cmd::Dist => dist::dist(),
         Cmd::Fuzz { minutes, target } => fuzz::main(minutes, target.as_deref()),
     }
 }

@@ -254,6 +254,33 @@ pub fn ensure_container_base() -> anyhow::Result<()> {
         .arg(BASE_IMAGE))
 }
 
+/// What `cargo xtask dist` builds the wheel with: maturin, and zig to link against glibc 2.17
+/// (the musl target cannot be installed here).
+const DIST_PACKAGES: [&str; 2] = ["maturin==1.16.0", "ziglang==0.17.1"];
+
+/// Installs [`DIST_PACKAGES`] into a cached virtualenv unless they are there; returns its `bin`
+/// folder, which `maturin --zig` needs on PATH (it runs `python -m ziglang`).
+pub fn ensure_dist_tools() -> anyhow::Result<PathBuf> {
+    let python = home().join(".cache/stallscope/dist-venv/bin/python");
+    let want: Vec<(&str, &str)> = DIST_PACKAGES
+        .iter()
+        .filter_map(|p| p.split_once("=="))
+        .collect();
+    let check = format!(
+        "import sys, importlib.metadata as m; sys.exit(any(m.version(n) != v for n, v in {want:?}))"
+    );
+    ensure_venv(
+        &python,
+        &check,
+        &DIST_PACKAGES,
+        &format!("{DIST_PACKAGES:?}"),
+    )?;
+    Ok(python
+        .parent()
+        .context("the virtualenv's bin")?
+        .to_path_buf())
+}
+
 /// The interpreter of the virtualenv the timeline tests run their checks with.
 pub fn viewer_python() -> PathBuf {
     home().join(".cache/stallscope/viewer-venv/bin/python")
