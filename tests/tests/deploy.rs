@@ -472,4 +472,62 @@ fn the_image_runs_the_agent_as_the_daemonset_does() {
         "{}",
         logs()
     );
+    drop(_container);
+
+    // The same image as a one-off CLI, as the README shows it: the host's PID namespace,
+    // privileged, the host's /sys/kernel (BTF, tracefs, debugfs); the simulated GPU's NVML
+    // mounted in as `--gpus all` would mount the driver's.
+    let out = podman()
+        .args(["run", "--rm"])
+        .args(limits())
+        .args([
+            "--pid=host",
+            "--privileged",
+            "-v",
+            "/sys/kernel:/sys/kernel",
+        ])
+        // A recorder needs no network.
+        .args(["--network", "none"])
+        .args([
+            "-v",
+            &format!("{state}:{state}"),
+            "-v",
+            &format!("{libs}:{libs}:ro"),
+        ])
+        .args(["-e", &format!("STALLSCOPE_SIMGPU_STATE={state}")])
+        .arg(&image)
+        .args([
+            "record",
+            "--pid",
+            &job.pid.to_string(),
+            "-d",
+            "4s",
+            "--json",
+        ])
+        .args([
+            "-o",
+            "/tmp/run.rec",
+            "--nvml-lib",
+            &format!("{libs}/libnvidia-ml.so.1"),
+        ])
+        .output()
+        .expect("podman run");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "record in the container failed:\n{stderr}"
+    );
+    let report = common::stallscope::parse_report(&stdout);
+    assert!(
+        report["threads"]
+            .as_array()
+            .is_some_and(|ts| ts.iter().any(|t| t["tid"] == job.pid)),
+        "the host job's main thread is not in the container's report:\n{stderr}"
+    );
+    let idle = &common::simgpu::gpu(&report)["idle_by_cause"];
+    assert!(
+        idle["dataloader_cpu"].as_u64().is_some_and(|ns| ns > 0),
+        "the container's record does not see the job's data-loading stall: {idle}\n{stderr}"
+    );
 }
