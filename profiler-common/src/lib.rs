@@ -517,6 +517,10 @@ pub struct Config {
     /// Non-zero: send a `PyStack` before each stack sample and CUDA call of a thread that
     /// `PY_THREADS` knows.
     pub python_stacks: u32,
+    /// Non-zero: `sched_switch` has its `prev_state` argument (Linux 5.18); else the
+    /// program reads the task's state field.
+    pub prev_state_arg: u32,
+    pub _pad: u32,
 }
 
 impl Default for Config {
@@ -526,6 +530,8 @@ impl Default for Config {
             page_size: 4096,
             copy_user_stack: 1,
             python_stacks: 1,
+            prev_state_arg: 1,
+            _pad: 0,
         }
     }
 }

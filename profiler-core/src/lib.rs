@@ -12,6 +12,7 @@ pub mod doctor;
 pub mod exposition;
 mod fxhash;
 pub mod gate;
+pub mod kernel_support;
 pub mod nvml;
 pub mod pipeline;
 pub mod recording;

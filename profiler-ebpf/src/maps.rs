@@ -215,6 +215,8 @@ static CONFIG: Config = Config {
     page_size: 4096,
     copy_user_stack: 1,
     python_stacks: 1,
+    prev_state_arg: 1,
+    _pad: 0,
 };
 
 /// One field of the offsets user space wrote: a volatile read of that field alone, so the
@@ -235,4 +237,12 @@ pub(crate) use offset;
 pub fn config() -> Config {
     // SAFETY: as for `offsets`.
     unsafe { core::ptr::read_volatile(&CONFIG) }
+}
+
+/// Whether `sched_switch` has its `prev_state` argument: one load on every switch, not the
+/// whole of `CONFIG`.
+#[inline(always)]
+pub fn prev_state_arg() -> bool {
+    // SAFETY: a plain read of a global that user space rewrites before load.
+    unsafe { core::ptr::read_volatile(&raw const CONFIG.prev_state_arg) != 0 }
 }

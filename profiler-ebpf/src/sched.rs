@@ -36,7 +36,7 @@ use crate::{
     emit::{capture_stack, count, header, reserve, send_py_stack, send_user_stack, wakeup_flags},
     maps::{
         CPU_CURRENT, FREE_SLOTS, SWITCHES_OUT, config, covered, offset, per_thread_switches,
-        set_slot, slot_of, slot_stats, tracepoint_sees_switches,
+        prev_state_arg, set_slot, slot_of, slot_stats, tracepoint_sees_switches,
     },
 };
 
@@ -193,7 +193,15 @@ fn switch_out(
         st.runs_counted = unsafe { task_field::<u64>(prev, offset!(task_pcount)) } as u32;
     }
     let preempt = ctx.arg::<u64>(0) & 0xff != 0;
-    let prev_state = ctx.arg::<u64>(3) & 0xffff_ffff;
+    let prev_state = if prev_state_arg() {
+        ctx.arg::<u64>(3) & 0xffff_ffff
+    } else {
+        // Before Linux 5.18 the tracepoint has no prev_state: the state the task is leaving
+        // in, from the task itself, as the per-thread hook reads it.
+        // SAFETY: `prev` is the tracepoint's task argument; the offset is BTF's `__state`
+        // (or `state`, whose low word holds it).
+        u64::from(unsafe { task_field::<u32>(prev, offset!(task_state)) })
+    };
     leave_cpu(
         ctx,
         st,

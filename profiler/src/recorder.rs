@@ -3,7 +3,10 @@ use std::{collections::BTreeSet, path::PathBuf};
 
 use aya::maps::RingBuf;
 use profiler_common::{Config, ThreadStats};
-use profiler_core::recording::record::{EndReason, Meta, Record};
+use profiler_core::{
+    kernel_support,
+    recording::record::{EndReason, Meta, Record},
+};
 
 use crate::{
     capture::{
@@ -28,7 +31,7 @@ use crate::{
         stacks::{FramePointers, Unwinding},
     },
     output,
-    plan::{RecordingPlan, SwitchHookChoice, Targets, Unwind},
+    plan::{RecordingPlan, Signals, SwitchHookChoice, Targets, Unwind},
     privileges, spawn,
 };
 
@@ -89,6 +92,8 @@ struct Attached {
     early: Vec<Record>,
     /// The signals this recording lacks, with why.
     unavailable: Vec<(String, String)>,
+    /// Python frames are walked (asked for, and the kernel has `bpf_loop`).
+    python: bool,
     switches: SwitchControl,
     start_ns: u64,
 }
@@ -124,8 +129,33 @@ fn targets(plan: &RecordingPlan) -> anyhow::Result<(Option<spawn::Launched>, Vec
 
 fn attach(plan: &RecordingPlan) -> anyhow::Result<Attached> {
     privileges::check()?;
-    let signals = &plan.signals;
-    let layout = offsets::read_layout()?;
+    let mut layout = offsets::read_layout()?;
+    // What this kernel can run of what was asked; each part it cannot is named once.
+    let choice = kernel_support::choose(
+        &layout.features,
+        kernel_support::Wanted {
+            python_stacks: plan.signals.python,
+            dwarf_unwind: plan.signals.unwind == Unwind::Dwarf,
+            cuda_probes: plan.signals.cuda_probes,
+        },
+        layout.offsets.task_state != 0,
+    )
+    .map_err(anyhow::Error::msg)?;
+    let signals = &Signals {
+        python: choice.python_stacks,
+        cuda_probes: choice.cuda_probes,
+        unwind: if choice.dwarf_unwind {
+            Unwind::Dwarf
+        } else {
+            Unwind::Fp
+        },
+        ..plan.signals.clone()
+    };
+    if !choice.syscalls {
+        layout.offsets.regs_syscall = 0;
+        layout.offsets.regs_arg0 = 0;
+    }
+    layout.missing.extend(choice.unavailable);
     for (signal, reason) in &layout.missing {
         eprintln!("stallscope: warning: {signal} unavailable: {reason}");
     }
@@ -137,6 +167,8 @@ fn attach(plan: &RecordingPlan) -> anyhow::Result<Attached> {
         page_size: unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u64,
         copy_user_stack: u32::from(signals.unwind == Unwind::Dwarf),
         python_stacks: u32::from(signals.python),
+        prev_state_arg: u32::from(choice.prev_state_arg),
+        _pad: 0,
     };
     let mut skip: Vec<String> = layout.missing.iter().map(|(s, _)| s.clone()).collect();
     if !signals.cuda_probes {
@@ -245,6 +277,7 @@ fn attach(plan: &RecordingPlan) -> anyhow::Result<Attached> {
         dlopen,
         early,
         unavailable,
+        python: signals.python,
         switches,
         start_ns,
     })
@@ -329,7 +362,7 @@ fn open(plan: &RecordingPlan, a: Attached) -> anyhow::Result<Opened> {
         .then(|| gpu::GpuSampler::start(plan.signals.nvml_lib.clone(), pids.clone(), a.start_ns));
     let mut session = Session::new(a.ebpf, a.slots, a.decoder, writer, pids, gpu, a.probes);
     session.switches = Some(a.switches);
-    session.python = plan.signals.python;
+    session.python = a.python;
     session.dlopen = a.dlopen;
     // Each finished segment is reported on a thread of its own while the recording goes on.
     let segment_reports = plan.segment.map(|every| {

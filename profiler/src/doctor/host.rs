@@ -200,3 +200,20 @@ pub fn sample_over(total: Duration, steps: u32, mut sample: impl FnMut(f64)) {
         sample(start.elapsed().as_secs_f64());
     }
 }
+
+/// This kernel's release, what it offers stallscope's programs (from its BTF, as `record`
+/// reads it), and whether BTF gives the task's state field.
+pub fn kernel_features()
+-> Result<(String, profiler_core::kernel_support::KernelFeatures, bool), String> {
+    use crate::capture::kernel::{btf::Btf, features};
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map_or_else(|_| "?".into(), |s| s.trim().to_owned());
+    let data = std::fs::read("/sys/kernel/btf/vmlinux").map_err(|e| {
+        format!("Linux {release}: no kernel BTF at /sys/kernel/btf/vmlinux ({e}): stallscope cannot record")
+    })?;
+    let btf = Btf::parse(&data).map_err(|e| format!("kernel BTF: {e}"))?;
+    let has_state = btf.member_offset("task_struct", "__state").is_ok()
+        || btf.member_offset("task_struct", "state").is_ok();
+    let features = features::masked(features::probe(&btf)).map_err(|e| e.to_string())?;
+    Ok((release, features, has_state))
+}

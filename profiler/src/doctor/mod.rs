@@ -79,6 +79,17 @@ pub fn run(args: &DoctorPlan) -> anyhow::Result<i32> {
         }
         Err(why) => d.checks.push(Check::unavailable("kernel log", why)),
     }
+    d.checks.push(match host::kernel_features() {
+        Ok((release, features, has_state)) => {
+            profiler_core::kernel_support::doctor_check(&release, &features, has_state)
+        }
+        Err(why) => Check::fail(
+            "kernel: eBPF features",
+            why,
+            "boot a kernel built with CONFIG_DEBUG_INFO_BTF=y (every major distribution's \
+             since 2021)",
+        ),
+    });
 
     let mut physical = Vec::new();
     if let Ok(n) = &nvml {

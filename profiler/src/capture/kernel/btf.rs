@@ -30,14 +30,21 @@ impl MemberOffset {
     }
 }
 
+const KIND_PTR: u32 = 2;
 const KIND_STRUCT: u32 = 4;
 const KIND_UNION: u32 = 5;
+const KIND_ENUM: u32 = 6;
+const KIND_TYPEDEF: u32 = 8;
+const KIND_FUNC_PROTO: u32 = 13;
+const KIND_ENUM64: u32 = 19;
 
 struct Type {
     name_off: u32,
     kind: u32,
     kind_flag: bool,
-    /// Byte range of the trailing members, for structs and unions.
+    /// The header's third word: a size, or the type a pointer or typedef names.
+    size_or_type: u32,
+    /// Byte range of what trails the header: members, enumerators, parameters.
     members: std::ops::Range<usize>,
 }
 
@@ -86,6 +93,7 @@ impl<'a> Btf<'a> {
                 name_off,
                 kind,
                 kind_flag: info >> 31 == 1,
+                size_or_type: u32_at(data, at + 8)?,
                 members: start..start + extra,
             });
             at = start + extra;
@@ -158,6 +166,45 @@ impl<'a> Btf<'a> {
         None
     }
 
+    /// Whether the enum named `enumeration` has an enumerator named `name` (a helper in
+    /// `bpf_func_id`, a map type in `bpf_map_type`).
+    pub fn has_enumerator(&self, enumeration: &str, name: &str) -> bool {
+        self.types
+            .iter()
+            .filter(|t| {
+                (t.kind == KIND_ENUM || t.kind == KIND_ENUM64)
+                    && self.name(t.name_off) == enumeration.as_bytes()
+            })
+            .any(|t| {
+                let step = if t.kind == KIND_ENUM { 8 } else { 12 };
+                t.members.clone().step_by(step).any(|at| {
+                    u32_at(self.data, at).is_ok_and(|off| self.name(off) == name.as_bytes())
+                })
+            })
+    }
+
+    /// The parameter count of the function-pointer typedef `name` (a BTF tracepoint's
+    /// `btf_trace_*`, whose first parameter is the context).
+    pub fn typedef_params(&self, name: &str) -> Option<usize> {
+        let typedef = self
+            .types
+            .iter()
+            .find(|t| t.kind == KIND_TYPEDEF && self.name(t.name_off) == name.as_bytes())?;
+        let mut ty = self.by_id(typedef.size_or_type)?;
+        for _ in 0..4 {
+            match ty.kind {
+                KIND_PTR | KIND_TYPEDEF => ty = self.by_id(ty.size_or_type)?,
+                KIND_FUNC_PROTO => return Some(ty.members.len() / 8),
+                _ => return None,
+            }
+        }
+        None
+    }
+
+    fn by_id(&self, id: u32) -> Option<&Type> {
+        self.types.get((id as usize).checked_sub(1)?)
+    }
+
     fn resolve_aggregate(&self, id: u32) -> Option<&Type> {
         let ty = self.types.get((id as usize).checked_sub(1)?)?;
         (ty.kind == KIND_STRUCT || ty.kind == KIND_UNION).then_some(ty)
@@ -172,14 +219,7 @@ mod tests {
     /// inner; }; unsigned in_iowait:1 at bit 97; }.
     fn sample() -> Vec<u8> {
         let strings = b"\0int\0inner\0a\0task_struct\0pid\0in_iowait\0";
-        let s = |name: &str| {
-            let pat = format!("\0{name}\0");
-            strings
-                .windows(pat.len())
-                .position(|w| w == pat.as_bytes())
-                .unwrap() as u32
-                + 1
-        };
+        let s = |name: &str| string_at(strings, name);
         let mut types: Vec<u32> = vec![];
         // 1: int
         types.extend([s("int"), 1 << 24, 4, 32]);
@@ -190,6 +230,20 @@ mod tests {
         // 4: struct task_struct, kind_flag set (bitfield member)
         types.extend([s("task_struct"), (1 << 31) | (4 << 24) | 3, 16]);
         types.extend([s("pid"), 1, 32, 0, 3, 64, s("in_iowait"), 1, (1 << 24) | 97]);
+        btf_of(&types, strings)
+    }
+
+    /// The offset of `name` in a string section that holds it between NULs.
+    fn string_at(strings: &[u8], name: &str) -> u32 {
+        let pat = format!("\0{name}\0");
+        strings
+            .windows(pat.len())
+            .position(|w| w == pat.as_bytes())
+            .unwrap() as u32
+            + 1
+    }
+
+    fn btf_of(types: &[u32], strings: &[u8]) -> Vec<u8> {
         let type_bytes: Vec<u8> = types.iter().flat_map(|v| v.to_le_bytes()).collect();
         let mut out = vec![0x9f, 0xeb, 1, 0];
         for v in [
@@ -239,5 +293,28 @@ mod tests {
         for cut in 0..data.len() {
             let _ = Btf::parse(&data[..cut]).map(|b| b.member_offset("task_struct", "pid"));
         }
+    }
+
+    #[test]
+    fn finds_enumerators_and_a_tracepoints_parameters() {
+        let strings = b"\0bpf_func_id\0BPF_FUNC_unspec\0BPF_FUNC_loop\0btf_trace_sched_switch\0";
+        let s = |name: &str| string_at(strings, name);
+        let mut types: Vec<u32> = vec![];
+        // 1: enum bpf_func_id { BPF_FUNC_unspec = 0, BPF_FUNC_loop = 181 }
+        types.extend([s("bpf_func_id"), (6 << 24) | 2, 4]);
+        types.extend([s("BPF_FUNC_unspec"), 0, s("BPF_FUNC_loop"), 181]);
+        // 2: func_proto (void *, bool, prev, next, unsigned int): five parameters
+        types.extend([0, (13 << 24) | 5, 0]);
+        types.extend([0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        // 3: pointer to 2; 4: typedef btf_trace_sched_switch -> 3
+        types.extend([0, 2 << 24, 2]);
+        types.extend([s("btf_trace_sched_switch"), 8 << 24, 3]);
+        let data = btf_of(&types, strings);
+        let btf = Btf::parse(&data).unwrap();
+        assert!(btf.has_enumerator("bpf_func_id", "BPF_FUNC_loop"));
+        assert!(!btf.has_enumerator("bpf_func_id", "BPF_FUNC_task_pt_regs"));
+        assert!(!btf.has_enumerator("bpf_map_type", "BPF_FUNC_loop"));
+        assert_eq!(btf.typedef_params("btf_trace_sched_switch"), Some(5));
+        assert_eq!(btf.typedef_params("btf_trace_sched_wakeup"), None);
     }
 }

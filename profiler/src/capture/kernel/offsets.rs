@@ -1,8 +1,9 @@
 //! Gathers the kernel layout the eBPF programs need (BTF for `task_struct`, tracefs for
 //! classic tracepoint records) and says which signals are missing on this kernel.
 use profiler_common::Offsets;
+use profiler_core::kernel_support::KernelFeatures;
 
-use super::{btf::Btf, tracefs};
+use super::{btf::Btf, features, tracefs};
 
 const NO_FIELD: u32 = u32::MAX;
 
@@ -12,6 +13,8 @@ pub struct Layout {
     pub missing: Vec<(String, String)>,
     /// The tracepoint that marks a request's creation in its submitter's context.
     pub submit_tracepoint: &'static str,
+    /// What the kernel offers the programs (less what `STALLSCOPE_KERNEL_AS` takes away).
+    pub features: KernelFeatures,
 }
 
 /// `task_struct` offsets are required: without them nothing can be traced.
@@ -41,6 +44,14 @@ pub fn read_layout() -> anyhow::Result<Layout> {
             format!("{e}: the run-queue wait after a wake-up is counted as blocked"),
         )),
     }
+    // The task's state: `__state` since 5.14, `state` (a long, whose low word holds it)
+    // before. The `sched_switch` program reads it where the tracepoint has no prev_state.
+    let task_state = btf
+        .member_offset("task_struct", "__state")
+        .or_else(|_| btf.member_offset("task_struct", "state"))
+        .map(|m| m.byte_offset())
+        .ok();
+    o.task_state = task_state.unwrap_or(0);
     // Per-thread switch events time switch-ins from the scheduler's own account; without
     // these fields only the tracepoint can be used.
     let per_thread = || -> anyhow::Result<[u32; 6]> {
@@ -51,7 +62,7 @@ pub fn read_layout() -> anyhow::Result<Layout> {
             Ok(one("task_struct", member)? + one(inner, field)?)
         };
         Ok([
-            one("task_struct", "__state")?,
+            task_state.ok_or_else(|| anyhow::anyhow!("task_struct has no __state or state"))?,
             nested("sched_info", "sched_info", "last_arrival")?,
             nested("sched_info", "sched_info", "pcount")?,
             nested("se", "sched_entity", "cfs_rq")?,
@@ -167,5 +178,6 @@ pub fn read_layout() -> anyhow::Result<Layout> {
         offsets: o,
         missing,
         submit_tracepoint,
+        features: features::masked(features::probe(&btf))?,
     })
 }
