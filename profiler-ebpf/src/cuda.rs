@@ -17,11 +17,12 @@ use aya_ebpf::{
     macros::{uprobe, uretprobe},
     programs::{ProbeContext, RetProbeContext},
 };
-use profiler_common::{CALL_ARGS, CallEntry, CudaCall, cookie, kind};
+use profiler_common::{CallEntry, CudaCall, cookie, kind};
 
 use crate::{
     emit::{header, reserve, send_py_stack, wakeup_flags},
     maps::{CONTROL, CUDA_INFLIGHT, LAUNCHES, slot_of},
+    regs,
 };
 
 #[inline(always)]
@@ -52,7 +53,7 @@ pub fn cuda_enter(ctx: ProbeContext) -> u32 {
     }
     // SAFETY: the probe context is the task's saved user registers.
     let regs = unsafe { &*ctx.regs };
-    let sp = regs.rsp;
+    let sp = regs::stack_pointer(regs);
     if let Some(open) = CUDA_INFLIGHT.get_ptr_mut(tid) {
         // SAFETY: map values stay valid for the program's run.
         let open = unsafe { &mut *open };
@@ -62,17 +63,8 @@ pub fn cuda_enter(ctx: ProbeContext) -> u32 {
         }
     }
     let now = unsafe { bpf_ktime_get_ns() };
-    // SAFETY: user reads through the helper fail instead of faulting.
-    let caller = unsafe { bpf_probe_read_user(sp as *const u64) }.unwrap_or(0);
-    let stack_arg = unsafe { bpf_probe_read_user((sp + 8) as *const u64) }.unwrap_or(0);
-    let mut args = [0u64; CALL_ARGS];
-    args[0] = regs.rdi;
-    args[1] = regs.rsi;
-    args[2] = regs.rdx;
-    args[3] = regs.rcx;
-    args[4] = regs.r8;
-    args[5] = regs.r9;
-    args[6] = stack_arg;
+    let caller = regs::return_address(regs);
+    let args = regs::call_args(regs);
     let entry = CallEntry {
         start_ns: now,
         cookie: attach_cookie(&ctx),
@@ -104,7 +96,7 @@ pub fn cuda_exit(ctx: RetProbeContext) -> u32 {
     }
     let now = unsafe { bpf_ktime_get_ns() };
     // SAFETY: the probe context is the task's saved user registers.
-    let ret = unsafe { (*ctx.regs).rax };
+    let ret = regs::return_value(unsafe { &*ctx.regs });
     let out = if open.cookie & cookie::OUT_PTR != 0 {
         // SAFETY: a checked user read.
         unsafe { bpf_probe_read_user(open.args[0] as *const u64) }.unwrap_or(0)

@@ -7,7 +7,7 @@ use aya_ebpf::{
         BPF_F_USER_STACK, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP, pt_regs,
     },
     helpers::{
-        bpf_get_smp_processor_id, bpf_probe_read_kernel,
+        bpf_get_smp_processor_id,
         generated::{
             bpf_get_current_task_btf, bpf_get_stack, bpf_loop, bpf_probe_read_user,
             bpf_task_pt_regs,
@@ -109,12 +109,7 @@ pub fn send_user_stack(header: Header) {
     // SAFETY: the current task's own saved registers; a failed read leaves zeros, which
     // user space reads as no stack.
     let (ip, sp, bp) = unsafe {
-        let regs = bpf_task_pt_regs(bpf_get_current_task_btf()) as *const pt_regs;
-        (
-            bpf_probe_read_kernel(&raw const (*regs).rip).unwrap_or(0),
-            bpf_probe_read_kernel(&raw const (*regs).rsp).unwrap_or(0),
-            bpf_probe_read_kernel(&raw const (*regs).rbp).unwrap_or(0),
-        )
+        crate::regs::user_frame(bpf_task_pt_regs(bpf_get_current_task_btf()) as *const pt_regs)
     };
     // SAFETY: this CPU's scratch record; programs on one CPU do not interleave.
     let rec: &mut UserStack = unsafe { &mut *rec };

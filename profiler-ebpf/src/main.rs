@@ -11,6 +11,7 @@ mod emit;
 mod filemap;
 mod maps;
 mod oncpu;
+mod regs;
 mod sched;
 mod switch_event;
 
