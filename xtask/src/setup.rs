@@ -262,23 +262,21 @@ const DIST_PACKAGES: [&str; 2] = ["maturin==1.16.0", "ziglang==0.17.1"];
 /// folder, which `maturin --zig` needs on PATH (it runs `python -m ziglang`).
 pub fn ensure_dist_tools() -> anyhow::Result<PathBuf> {
     let python = home().join(".cache/stallscope/dist-venv/bin/python");
-    let want: Vec<(&str, &str)> = DIST_PACKAGES
-        .iter()
-        .filter_map(|p| p.split_once("=="))
-        .collect();
-    let check = format!(
-        "import sys, importlib.metadata as m; sys.exit(any(m.version(n) != v for n, v in {want:?}))"
-    );
-    ensure_venv(
-        &python,
-        &check,
-        &DIST_PACKAGES,
-        &format!("{DIST_PACKAGES:?}"),
-    )?;
+    ensure_pinned_venv(&python, &DIST_PACKAGES)?;
     Ok(python
         .parent()
         .context("the virtualenv's bin")?
         .to_path_buf())
+}
+
+/// Installs `packages` (each `name==version`) into the virtualenv of `python` unless each
+/// is there at exactly that version.
+fn ensure_pinned_venv(python: &Path, packages: &[&str]) -> anyhow::Result<()> {
+    let want: Vec<(&str, &str)> = packages.iter().filter_map(|p| p.split_once("==")).collect();
+    let check = format!(
+        "import sys, importlib.metadata as m; sys.exit(any(m.version(n) != v for n, v in {want:?}))"
+    );
+    ensure_venv(python, &check, packages, &format!("{packages:?}"))
 }
 
 /// The interpreter of the virtualenv the timeline tests run their checks with.
@@ -292,18 +290,6 @@ pub fn ensure_viewer() -> anyhow::Result<(PathBuf, PathBuf)> {
     ensure_debian(&[("chromium", "chromium")])?;
     let chromium = PathBuf::from("/usr/bin/chromium");
     let python = viewer_python();
-    let want: Vec<(&str, &str)> = VIEWER_PACKAGES
-        .iter()
-        .filter_map(|p| p.split_once("=="))
-        .collect();
-    let check = format!(
-        "import sys, importlib.metadata as m; sys.exit(any(m.version(n) != v for n, v in {want:?}))"
-    );
-    ensure_venv(
-        &python,
-        &check,
-        &VIEWER_PACKAGES,
-        &format!("{VIEWER_PACKAGES:?}"),
-    )?;
+    ensure_pinned_venv(&python, &VIEWER_PACKAGES)?;
     Ok((python, chromium))
 }
