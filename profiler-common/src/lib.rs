@@ -199,6 +199,9 @@ pub struct UserStackHead {
     pub ip: u64,
     pub sp: u64,
     pub bp: u64,
+    /// The link register (aarch64's x30): a leaf function's return address, which it keeps
+    /// there and never stores. 0 on x86-64, where every return address is on the stack.
+    pub lr: u64,
     /// Where a return probe (on a probed CUDA call the thread is inside) replaced a return
     /// address on this stack with its trampoline's, and the address it replaced; 0 if none.
     pub ret_slot: u64,
@@ -376,6 +379,10 @@ pub mod cookie {
     /// The API returns its result through the pointer in its first argument
     /// (`cuMemHostAlloc(void **pp, ...)`): read `*arg0` at return.
     pub const OUT_PTR: u64 = 1 << 32;
+    /// The third argument points at one passed by reference (AAPCS64 passes a composite
+    /// over 16 bytes so: `ncclCommInitRank`'s `ncclUniqueId`): read its first 8 bytes at
+    /// entry into the seventh slot, where x86-64's stack has them.
+    pub const ARG2_BY_REF: u64 = 1 << 33;
 }
 
 /// Argument slots a CUDA/NCCL record carries: the six integer registers and the first stack

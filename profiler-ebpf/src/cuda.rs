@@ -64,10 +64,15 @@ pub fn cuda_enter(ctx: ProbeContext) -> u32 {
     }
     let now = unsafe { bpf_ktime_get_ns() };
     let caller = regs::return_address(regs);
-    let args = regs::call_args(regs);
+    let mut args = regs::call_args(regs);
+    let cookie = attach_cookie(&ctx);
+    if cookie & cookie::ARG2_BY_REF != 0 {
+        // SAFETY: a checked user read; the caller's copy lives until the call returns.
+        args[6] = unsafe { bpf_probe_read_user(args[2] as *const u64) }.unwrap_or(0);
+    }
     let entry = CallEntry {
         start_ns: now,
-        cookie: attach_cookie(&ctx),
+        cookie,
         sp,
         nested: 0,
         _pad: 0,

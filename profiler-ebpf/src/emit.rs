@@ -108,7 +108,7 @@ pub fn send_user_stack(header: Header) {
     };
     // SAFETY: the current task's own saved registers; a failed read leaves zeros, which
     // user space reads as no stack.
-    let (ip, sp, bp) = unsafe {
+    let (ip, sp, bp, lr) = unsafe {
         crate::regs::user_frame(bpf_task_pt_regs(bpf_get_current_task_btf()) as *const pt_regs)
     };
     // SAFETY: this CPU's scratch record; programs on one CPU do not interleave.
@@ -126,6 +126,7 @@ pub fn send_user_stack(header: Header) {
         ip,
         sp,
         bp,
+        lr,
         ret_slot,
         ret_addr,
         len: 0,

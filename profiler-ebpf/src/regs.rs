@@ -77,31 +77,38 @@ pub fn return_value(regs: &pt_regs) -> u64 {
     regs.regs[0]
 }
 
-/// The pc, stack pointer and frame pointer of saved user registers that live in kernel
-/// memory (`bpf_task_pt_regs`); 0 for a failed read.
+/// The pc, stack pointer, frame pointer and link register (0 on x86-64, which has none) of
+/// saved user registers that live in kernel memory (`bpf_task_pt_regs`); 0 for a failed read.
 ///
 /// # Safety
 /// `regs` must point at a task's saved registers (the helper's result).
 #[inline(always)]
-pub unsafe fn user_frame(regs: *const pt_regs) -> (u64, u64, u64) {
+pub unsafe fn user_frame(regs: *const pt_regs) -> (u64, u64, u64, u64) {
     use aya_ebpf::helpers::bpf_probe_read_kernel as read;
     #[cfg(bpf_target_arch = "x86_64")]
     // SAFETY: the caller's pointer; failed reads are 0.
-    let (pc, sp, fp) = unsafe {
+    let (pc, sp, fp, lr) = unsafe {
         (
             read(&raw const (*regs).rip),
             read(&raw const (*regs).rsp),
             read(&raw const (*regs).rbp),
+            Ok::<u64, i64>(0),
         )
     };
     #[cfg(bpf_target_arch = "aarch64")]
     // SAFETY: as above; arm64's pt_regs begins with the user_pt_regs aya names pt_regs.
-    let (pc, sp, fp) = unsafe {
+    let (pc, sp, fp, lr) = unsafe {
         (
             read(&raw const (*regs).pc),
             read(&raw const (*regs).sp),
             read(&raw const (*regs).regs[29]),
+            read(&raw const (*regs).regs[30]),
         )
     };
-    (pc.unwrap_or(0), sp.unwrap_or(0), fp.unwrap_or(0))
+    (
+        pc.unwrap_or(0),
+        sp.unwrap_or(0),
+        fp.unwrap_or(0),
+        lr.unwrap_or(0),
+    )
 }

@@ -3,7 +3,8 @@
 //! `profiler-ebpf/src/regs.rs`. Both objects are built here as aya-build builds them and parsed
 //! with aya-obj (nothing is loaded): the same programs in the same sections, the CUDA entry
 //! program reading each architecture's own registers, and the programs that read no user
-//! registers identical.
+//! registers identical. The binaries `cargo xtask dist` makes carry their own architecture's
+//! object.
 use std::{
     collections::{BTreeMap, BTreeSet},
     path::{Path, PathBuf},
@@ -125,4 +126,88 @@ fn each_architecture_gets_the_same_programs_reading_its_own_registers() {
             "{name} differs between the architectures"
         );
     }
+}
+
+/// The eBPF object a stallscope binary carries: the ELF file for machine EM_BPF (247) inside
+/// it, up to the end of its section headers (LLVM writes them last).
+fn embedded_object(bin: &[u8]) -> &[u8] {
+    let at = bin
+        .windows(4)
+        .enumerate()
+        .skip(1)
+        .filter(|(_, w)| *w == b"\x7fELF")
+        .map(|(i, _)| i)
+        .find(|&i| bin.get(i + 18..i + 20) == Some(&247u16.to_le_bytes()[..]))
+        .expect("no eBPF object inside the binary");
+    let field = |off: usize, len: usize| {
+        let b = &bin[at + off..at + off + len];
+        b.iter()
+            .rev()
+            .fold(0usize, |acc, &x| (acc << 8) | x as usize)
+    };
+    let (shoff, shentsize, shnum) = (field(0x28, 8), field(0x3a, 2), field(0x3c, 2));
+    &bin[at..at + shoff + shentsize * shnum]
+}
+
+/// `cargo xtask dist`'s binaries, unpacked from their tarballs: each carries the object built
+/// for its own architecture.
+#[test]
+fn each_release_binary_carries_its_own_architectures_programs() {
+    let dist =
+        std::env::var_os("STALLSCOPE_DIST").map_or_else(|| repo().join("dist"), PathBuf::from);
+    let scratch = std::env::temp_dir().join(format!("ebpf-arches-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch).unwrap();
+    for (arch, rax_or_x0) in [("x86_64", 80), ("aarch64", 0)] {
+        let tarball = std::fs::read_dir(&dist)
+            .unwrap_or_else(|e| panic!("{}: {e} (`cargo xtask dist`)", dist.display()))
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| {
+                p.to_string_lossy()
+                    .ends_with(&format!("-{arch}-linux.tar.gz"))
+            })
+            .unwrap_or_else(|| panic!("no {arch} tarball in {}", dist.display()));
+        let out = Command::new("tar")
+            .arg("-xzf")
+            .arg(&tarball)
+            .arg("-C")
+            .arg(&scratch)
+            .arg("--wildcards")
+            .arg("*/stallscope")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let name = tarball.file_name().unwrap().to_string_lossy().into_owned();
+        let bin = std::fs::read(
+            scratch
+                .join(name.trim_end_matches(".tar.gz"))
+                .join("stallscope"),
+        )
+        .unwrap();
+        let object = programs(embedded_object(&bin));
+        assert!(
+            object.code.contains_key("cuda_enter"),
+            "{arch}: {:?}",
+            object.code.keys()
+        );
+        assert!(
+            load_offsets(&object.code["cuda_exit"]).contains(&rax_or_x0),
+            "the {arch} binary's cuda_exit does not read its return register (+{rax_or_x0})"
+        );
+        let enter = load_offsets(&object.code["cuda_enter"]);
+        let (own, other) = if arch == "x86_64" {
+            (152, 248)
+        } else {
+            (248, 152)
+        };
+        assert!(
+            enter.contains(&own) && !enter.contains(&other),
+            "the {arch} binary's cuda_enter reads the other architecture's stack pointer: {enter:?}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&scratch);
 }

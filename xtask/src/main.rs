@@ -1,5 +1,6 @@
 //! stallscope's developer commands: set-up, demo, tests and benchmarks.
 mod bench;
+mod cross;
 mod dist;
 mod fuzz;
 mod setup;
@@ -52,10 +53,17 @@ enum Cmd {
     /// `gate`, `unwind`, `whatif` (predicted speedups against the fixes run; `--runs N
     /// --secs S --only torch`).
     Bench(bench::BenchArgs),
-    /// Build what a user installs without building it into dist/: a manylinux2014 wheel
-    /// (glibc 2.17, linked with zig), a tarball with the binary, README, licences,
-    /// completions and man pages, and SHA256SUMS.
-    Dist,
+    /// Build what a user installs without building it into dist/, for x86_64 and aarch64: a
+    /// manylinux2014 wheel each (glibc 2.17, linked with zig), a tarball each with the
+    /// binary, README, licences, completions and man pages, and SHA256SUMS.
+    Dist {
+        /// Only this architecture; both by default.
+        #[arg(long, value_enum)]
+        target: Option<dist::Arch>,
+    },
+    /// The unit tests of the crates with no kernel or GPU dependency, and the recorder's
+    /// unwinder, as aarch64 code under qemu-aarch64-static (a step of `test`).
+    Aarch64Tests,
     /// Coverage-guided fuzzing (cargo-fuzz, nightly) of the recording decoder and the report.
     Fuzz {
         /// Total minutes, split evenly between the targets.
@@ -209,8 +217,9 @@ fn test(sim_speed: f64, fuzz_minutes: f64, extra: &[String]) -> anyhow::Result<(
     let (viewer_python, chromium) = setup::ensure_viewer()?;
     // The deploy tests build deploy/Dockerfile with podman and run the agent in it.
     setup::ensure_container_base()?;
-    // The install test installs dist/'s wheel into a virtualenv with no toolchain.
-    dist::dist()?;
+    // The install test installs dist/'s wheel into a virtualenv with no toolchain; the
+    // aarch64 test runs the other architecture's binary under qemu.
+    dist::dist(&dist::Arch::ALL)?;
     run(cargo().args(["fmt", "--all", "--", "--check"]))?;
     run(cargo().args([
         "clippy",
@@ -240,6 +249,8 @@ fn test(sim_speed: f64, fuzz_minutes: f64, extra: &[String]) -> anyhow::Result<(
     .args(extra);
     test_run::set_sim_speed(&mut cmd, sim_speed);
     let tested = test_run::run(&mut cmd, &root().join("target/test-reruns.txt"));
+    // The unit tests again, as aarch64 code under qemu.
+    let cross = cross::unit_tests().context("the aarch64 unit tests under qemu");
     // The fuzzers' crash inputs again, built as the fuzzers build them: with overflow checks,
     // which the release tests above do not have.
     let replayed = run(cargo().args(["test", "-p", "profiler-core", "--test", "fuzz_regressions"]))
@@ -250,7 +261,7 @@ fn test(sim_speed: f64, fuzz_minutes: f64, extra: &[String]) -> anyhow::Result<(
     } else {
         Ok(())
     };
-    tested.and(replayed).and(fuzzed)
+    tested.and(replayed).and(cross).and(fuzzed)
 }
 
 fn main() -> anyhow::Result<()> {
@@ -266,7 +277,11 @@ fn main() -> anyhow::Result<()> {
             args,
         } => test(sim_speed, fuzz_minutes, &args),
         Cmd::Bench(args) => bench::run(args),
-        Cmd::Dist => dist::dist(),
+        Cmd::Dist { target } => match target {
+            Some(arch) => dist::dist(&[arch]),
+            None => dist::dist(&dist::Arch::ALL),
+        },
+        Cmd::Aarch64Tests => cross::unit_tests(),
         Cmd::Fuzz { minutes, target } => fuzz::main(minutes, target.as_deref()),
     }
 }

@@ -254,6 +254,16 @@ pub fn ensure_container_base() -> anyhow::Result<()> {
         .arg(BASE_IMAGE))
 }
 
+/// What builds and runs aarch64 code here: qemu runs the binaries (and the unit tests), the
+/// cross gcc and its C library link the unit tests and build layouts.c's check.
+pub fn ensure_cross_aarch64() -> anyhow::Result<()> {
+    ensure_debian(&[
+        ("qemu-aarch64-static", "qemu-user-static"),
+        ("aarch64-linux-gnu-gcc", "gcc-aarch64-linux-gnu"),
+        ("aarch64-linux-gnu-gcc", "libc6-dev-arm64-cross"),
+    ])
+}
+
 /// What `cargo xtask dist` builds the wheel with: maturin, and zig to link against glibc 2.17
 /// (the musl target cannot be installed here).
 const DIST_PACKAGES: [&str; 2] = ["maturin==1.16.0", "ziglang==0.17.1"];

@@ -2,11 +2,13 @@
 //! arguments. The index in [`APIS`] is the uprobe's attach cookie, so the table is the one
 //! contract between the probes and the decoder: append only.
 //!
-//! Arguments are x86-64 System V: six integer registers, then the stack. NCCL collectives
-//! take their stream seventh, on the stack. `ncclCommInitRank` takes its 128-byte
-//! `ncclUniqueId` by value, which goes on the stack and so takes no register: `rank` is in the
-//! third register, and the stack slot holds the id's first 8 bytes, a cross-rank name for
-//! the communicator.
+//! Arguments are x86-64 System V (six integer registers, then the stack) or AAPCS64 (x0-x7),
+//! seven of them either way: NCCL collectives take their stream seventh. `ncclCommInitRank`
+//! takes its 128-byte `ncclUniqueId` by value. On x86-64 it goes on the stack and so takes
+//! no register: `rank` is in the third register, and the stack slot holds the id's first 8
+//! bytes, a cross-rank name for the communicator. AAPCS64 passes it by reference in the third
+//! register (the probe reads its first 8 bytes into the seventh slot: [`Api::id_by_reference`])
+//! and `rank` in the fourth.
 pub use crate::recording::cuda_ops::{Collective, CopyDir, CudaOp, Library, SyncScope};
 
 /// How the probes treat a function.
@@ -34,6 +36,12 @@ impl Api {
     /// `args` as the probe read them; `out` is `*args[0]` at return for `TimedOutPtr`.
     pub fn decode(&self, args: &[u64; 7], out: u64) -> CudaOp {
         (self.decode)(args, out)
+    }
+
+    /// Whether the probe reads an argument passed by reference (AAPCS64's `ncclUniqueId`)
+    /// into the seventh slot: see the module's comment.
+    pub fn id_by_reference(&self) -> bool {
+        cfg!(target_arch = "aarch64") && self.name == "ncclCommInitRank"
     }
 
     /// An event record or a cross-stream wait: a dependency between streams, probed while
@@ -185,11 +193,14 @@ fn stream_wait_event(a: &[u64; 7], _: u64) -> CudaOp {
         event: a[1],
     }
 }
+/// The register `ncclCommInitRank`'s `rank` is in: see the module's comment.
+const COMM_INIT_RANK_ARG: usize = if cfg!(target_arch = "aarch64") { 3 } else { 2 };
+
 fn comm_init(a: &[u64; 7], out: u64) -> CudaOp {
     CudaOp::CommInit {
         comm: out,
         nranks: a[1] as u32,
-        rank: a[2] as u32,
+        rank: a[COMM_INIT_RANK_ARG] as u32,
         id: a[6],
     }
 }
@@ -312,9 +323,17 @@ mod tests {
     }
 
     #[test]
-    fn comm_init_rank_takes_rank_from_the_third_register() {
+    fn comm_init_rank_takes_rank_from_its_register_and_the_id_from_the_seventh_slot() {
         let a = &APIS[index_of("ncclCommInitRank").unwrap()];
-        let op = a.decode(&args(&[0x100, 4, 3, 0, 0, 0, 0xabc]), 0x7000);
+        // (comm, nranks, rank) on x86-64; (comm, nranks, &id, rank) on AAPCS64.
+        let regs = if cfg!(target_arch = "aarch64") {
+            [0x100, 4, 0x7ffd_0000, 3, 0, 0, 0xabc]
+        } else {
+            [0x100, 4, 3, 0, 0, 0, 0xabc]
+        };
+        assert_eq!(a.id_by_reference(), cfg!(target_arch = "aarch64"));
+        assert!(!APIS.iter().any(|o| o.name != a.name && o.id_by_reference()));
+        let op = a.decode(&args(&regs), 0x7000);
         assert_eq!(
             op,
             CudaOp::CommInit {

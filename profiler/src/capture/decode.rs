@@ -138,6 +138,7 @@ impl Decoder {
                 ip: c.head.ip,
                 sp: c.head.sp,
                 bp: c.head.bp,
+                lr: c.head.lr,
                 ret_fix: (c.head.ret_slot != 0).then_some((c.head.ret_slot, c.head.ret_addr)),
                 bytes: &c.bytes,
             });

@@ -227,11 +227,14 @@ impl CudaProbes {
                     (None, None) => continue,
                 },
                 Probe::Timed | Probe::TimedOutPtr => {
-                    let flags = if api.probe == Probe::TimedOutPtr {
+                    let mut flags = if api.probe == Probe::TimedOutPtr {
                         cookie::OUT_PTR
                     } else {
                         0
                     };
+                    if api.id_by_reference() {
+                        flags |= cookie::ARG2_BY_REF;
+                    }
                     let c = i as u64 | flags;
                     let events = api.is_event_dependency();
                     if events && self.events_off {

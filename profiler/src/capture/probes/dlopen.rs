@@ -18,7 +18,8 @@ use aya::{
 pub const PROGRAM: &str = "dl_debug_state";
 const SYMBOL: &str = "_dl_debug_state";
 
-/// Whether `name` is a dynamic linker's file name: `ld-linux-x86-64.so.2`, `ld-musl-x86_64.so.1`.
+/// Whether `name` is a dynamic linker's file name: `ld-linux-x86-64.so.2`,
+/// `ld-linux-aarch64.so.1`, `ld-musl-x86_64.so.1`, `ld-musl-aarch64.so.1`.
 fn is_loader(name: &str) -> bool {
     name.starts_with("ld-linux") || name.starts_with("ld-musl") || name == "ld.so"
 }
@@ -99,6 +100,8 @@ mod tests {
     fn loaders_are_known_by_name() {
         assert!(is_loader("ld-linux-x86-64.so.2"));
         assert!(is_loader("ld-musl-x86_64.so.1"));
+        assert!(is_loader("ld-linux-aarch64.so.1"));
+        assert!(is_loader("ld-musl-aarch64.so.1"));
         assert!(!is_loader("libld.so"));
         assert!(!is_loader("ldconfig"));
     }

@@ -271,8 +271,12 @@ impl Interpreter {
     }
 }
 
-/// glibc's offset of `tid` in `struct pthread` on x86_64 for many releases.
+/// glibc's offset of `tid` in `struct pthread` for many releases: x86-64 keeps its TCB
+/// header first, arm64 (TLS above the thread pointer) does not.
+#[cfg(target_arch = "x86_64")]
 const GLIBC_PTHREAD_TID: u64 = 0x2d0;
+#[cfg(target_arch = "aarch64")]
+const GLIBC_PTHREAD_TID: u64 = 0xd0;
 
 /// The offset in `struct pthread` (a `pthread_t` points at it) that holds the kernel TID:
 /// the one at which the most threads' pthreads hold distinct TIDs of the process (a thread

@@ -1,11 +1,13 @@
-//! The x86_64 layouts of the CPython structures stallscope reads out of a live process's
+//! The layouts of the CPython structures stallscope reads out of a live process's
 //! memory (from the kernel programs and from /proc/PID/mem), one per minor version 3.8 to
 //! 3.13. The table is not written by hand: `layouts.c`, next to this file, compiled against
 //! each version's own headers (internal ones included, with `-DPy_BUILD_CORE`) prints each
 //! entry with offsetof and sizeof; its top comment says how to regenerate it. The numbers hold
 //! for release builds with the GIL (no Py_DEBUG, Py_TRACE_REFS or free threading), the builds
 //! every distribution ships, and were checked against running 3.8.18, 3.9.18, 3.10.13, 3.11.7,
-//! 3.12.1 and 3.13.0 interpreters (3.13's also against its own `_Py_DebugOffsets`).
+//! 3.12.1 and 3.13.0 interpreters (3.13's also against its own `_Py_DebugOffsets`). x86_64
+//! and aarch64 are both LP64 with natural alignment, so one table serves both:
+//! `tests/tests/python_layouts.rs` compiles layouts.c for each and holds both to this table.
 
 /// Where the fields stallscope reads lie, in bytes from the start of their struct.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

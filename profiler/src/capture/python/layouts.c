@@ -1,8 +1,11 @@
 /*
- * layouts.c: prints the x86_64 layout of the CPython structures stallscope
- * reads, for the one CPython version whose headers it is compiled against, as
- * a Rust `Layout` constant. The table `LAYOUTS` in layout.rs is this
- * program's output for every supported version, oldest first, pasted in.
+ * layouts.c: prints the LP64 layout (x86_64's and aarch64's, which are the
+ * same) of the CPython structures stallscope reads, for the one CPython version
+ * whose headers it is compiled against, as a Rust `Layout` constant. The table
+ * `LAYOUTS` in layout.rs is this program's output for every supported version,
+ * oldest first, pasted in. tests/tests/python_layouts.rs compiles it for both
+ * architectures (aarch64 with Debian's cross gcc, run under qemu) and holds
+ * both outputs to the table.
  *
  * Only offsetof and sizeof are used for offsets; the bit positions of the
  * str state bitfield are found by setting each field in a zeroed struct and
@@ -32,8 +35,8 @@
 #if defined(Py_DEBUG) || defined(Py_TRACE_REFS) || defined(Py_GIL_DISABLED)
 #error "the table is for release builds with the GIL (no Py_DEBUG, Py_TRACE_REFS, Py_GIL_DISABLED)"
 #endif
-#if !defined(__x86_64__)
-#error "the table is for x86_64"
+#if !defined(__x86_64__) && !defined(__aarch64__)
+#error "the table is for the LP64 architectures stallscope runs on: x86_64 and aarch64"
 #endif
 
 #if PY_VERSION_HEX < 0x03090000

@@ -13,10 +13,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use framehop::{
-    ExplicitModuleSectionInfo, Module, Unwinder as _,
-    x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64},
-};
+use framehop::{ExplicitModuleSectionInfo, Module, Unwinder as _};
 use memmap2::Mmap;
 use object::{Object as _, ObjectSection as _, ObjectSegment as _};
 
@@ -27,6 +24,8 @@ pub struct StackCopy<'a> {
     pub ip: u64,
     pub sp: u64,
     pub bp: u64,
+    /// The link register (aarch64); unused on x86-64.
+    pub lr: u64,
     /// A return address a return probe replaced with its trampoline's: (the stack slot
     /// holding it, the real address), from the probe's entry.
     pub ret_fix: Option<(u64, u64)>,
@@ -43,6 +42,53 @@ pub enum Quality {
     Truncated,
     /// It found no user frame at all.
     Failed,
+}
+
+/// What differs between the architectures the recorder runs on: framehop's unwinder, and
+/// where a return address is before the callee's prologue stores it.
+#[cfg(target_arch = "x86_64")]
+mod arch {
+    pub use framehop::x86_64::{CacheX86_64 as Cache, UnwinderX86_64 as Unwinder};
+
+    use super::StackCopy;
+
+    /// `call` pushes the return address: a return probe's entry saw the slot it will be in.
+    pub const RETURN_SLOT_KNOWN: bool = true;
+
+    pub fn regs(copy: &StackCopy<'_>, _lr: u64) -> framehop::x86_64::UnwindRegsX86_64 {
+        framehop::x86_64::UnwindRegsX86_64::new(copy.ip, copy.sp, copy.bp)
+    }
+
+    /// x86-64 has no pointer authentication.
+    pub fn strip(addr: u64) -> u64 {
+        addr
+    }
+}
+
+#[cfg(target_arch = "aarch64")]
+mod arch {
+    pub use framehop::aarch64::{CacheAarch64 as Cache, UnwinderAarch64 as Unwinder};
+    use framehop::aarch64::{PtrAuthMask, UnwindRegsAarch64};
+
+    use super::StackCopy;
+
+    /// `bl` leaves the return address in LR, and the prologue stores it where it chooses: a
+    /// return probe's entry cannot know the slot (one probed call is in flight per thread).
+    pub const RETURN_SLOT_KNOWN: bool = false;
+
+    /// Return addresses signed by pointer authentication (`paciasp`, the default of
+    /// Ubuntu's and Fedora's arm64 builds) carry their signature above the address bits.
+    fn mask() -> PtrAuthMask {
+        PtrAuthMask::from_max_known_address(super::super::symbolize::USER_END - 1)
+    }
+
+    pub fn regs(copy: &StackCopy<'_>, lr: u64) -> UnwindRegsAarch64 {
+        UnwindRegsAarch64::new_with_ptr_auth_mask(mask(), lr, copy.sp, copy.bp)
+    }
+
+    pub fn strip(addr: u64) -> u64 {
+        mask().strip_ptr_auth(addr)
+    }
 }
 
 /// Deepest stack kept: a runaway recursion would otherwise make each sample's stack as long
@@ -136,12 +182,12 @@ impl ObjectInfo {
     /// aligned) is mapped at `start`: from the loadable segment that mapping begins, the
     /// last one starting in or before its first page (segments share pages at their ends).
     fn bias(&self, start: u64, offset: u64) -> Option<u64> {
-        const PAGE: u64 = 4096;
+        let page = page_size();
         let (vaddr, file_off, _) = self
             .segments
             .iter()
             .copied()
-            .filter(|&(_, o, n)| o & !(PAGE - 1) <= offset && offset < o + n.max(1))
+            .filter(|&(_, o, n)| o & !(page - 1) <= offset && offset < o + n.max(1))
             .max_by_key(|&(_, o, _)| o)?;
         (start + file_off).checked_sub(offset + vaddr)
     }
@@ -171,12 +217,23 @@ impl ObjectInfo {
     }
 }
 
+/// The kernel's page size: 4 KiB on x86-64, 64 KiB on many arm64 kernels (Grace's among
+/// them), where a segment's mapping starts at a 64 KiB boundary.
+fn page_size() -> u64 {
+    static PAGE: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    // SAFETY: sysconf has no preconditions.
+    *PAGE.get_or_init(|| match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
+        n if n > 0 => n as u64,
+        _ => 4096,
+    })
+}
+
 /// One process's mapped objects, as framehop sees them.
 struct ProcessObjects {
-    unwinder: UnwinderX86_64<Section>,
+    unwinder: arch::Unwinder<Section>,
     /// framehop's cache of unwind rules by address, per process: with one for all, the
     /// workers of a job evicted each other's rules.
-    cache: Box<CacheX86_64>,
+    cache: Box<arch::Cache>,
     code: Vec<Range<u64>>,
     /// The kernel's return-probe trampoline page (`[uprobes]`), once a return probe fired.
     trampoline: Option<Range<u64>>,
@@ -267,7 +324,7 @@ impl Dwarf {
                 return None;
             }
         };
-        let mut unwinder = UnwinderX86_64::new();
+        let mut unwinder = arch::Unwinder::new();
         let mut code = Vec::new();
         let mut trampoline = None;
         let mut data = Vec::new();
@@ -299,7 +356,7 @@ impl Dwarf {
         }
         Some(ProcessObjects {
             unwinder,
-            cache: Box::new(CacheX86_64::new()),
+            cache: Box::new(arch::Cache::new()),
             code,
             trampoline,
             unmapped_pages: HashSet::new(),
@@ -368,23 +425,31 @@ impl Dwarf {
         };
         let (sp, bytes) = (copy.sp, copy.bytes);
         let trampoline = process.trampoline.clone().unwrap_or(0..0);
-        let mut read_stack = |addr: u64| -> Result<u64, ()> {
-            let off = addr.checked_sub(sp).ok_or(())? as usize;
-            let word = bytes.get(off..off.checked_add(8).ok_or(())?).ok_or(())?;
-            let word = u64::from_le_bytes(word.try_into().map_err(|_| ())?);
-            if !trampoline.contains(&word) {
+        // A return address the kernel swapped for its return probe's trampoline: the real
+        // one is known for the probed call the thread is in, and no other.
+        let unswap = |word: u64, slot: Option<u64>| -> Result<u64, ()> {
+            if !trampoline.contains(&arch::strip(word)) {
                 return Ok(word);
             }
-            // A return address the kernel swapped for its return probe's trampoline: the
-            // real one is known for the probed call the thread is in, and no other.
             match copy.ret_fix {
-                Some((slot, real)) if slot == addr => Ok(real),
+                Some((at, real)) if !arch::RETURN_SLOT_KNOWN || slot == Some(at) => Ok(real),
                 _ => Err(()),
             }
         };
+        let mut read_stack = |addr: u64| -> Result<u64, ()> {
+            let off = addr.checked_sub(sp).ok_or(())? as usize;
+            let word = bytes.get(off..off.checked_add(8).ok_or(())?).ok_or(())?;
+            unswap(
+                u64::from_le_bytes(word.try_into().map_err(|_| ())?),
+                Some(addr),
+            )
+        };
+        // A leaf's return address still in LR (aarch64) may be the trampoline's too; 0
+        // (x86-64, or no LR) stays 0.
+        let lr = unswap(copy.lr, None).unwrap_or(0);
         let mut frames = process.unwinder.iter_frames(
             copy.ip,
-            UnwindRegsX86_64::new(copy.ip, copy.sp, copy.bp),
+            arch::regs(copy, lr),
             &mut process.cache,
             &mut read_stack,
         );
@@ -428,12 +493,16 @@ mod tests {
             .unwrap()
     }
 
+    /// The registers an unwind starts from: pc, sp, frame pointer and link register.
+    type Regs = (u64, u64, u64, u64);
+
     /// The registers and a copy of the stack of the calling thread, taken inside this
     /// function (which is never inlined, so it has a frame of its own).
     #[inline(never)]
-    fn snapshot(buf: &mut [u8]) -> (u64, u64, u64) {
-        let (ip, sp, bp): (u64, u64, u64);
-        // SAFETY: reads three registers; no memory is touched.
+    fn snapshot(buf: &mut [u8]) -> Regs {
+        let (ip, sp, bp, lr): Regs;
+        // SAFETY: reads registers; no memory is touched.
+        #[cfg(target_arch = "x86_64")]
         unsafe {
             std::arch::asm!(
                 "lea {ip}, [rip]",
@@ -443,16 +512,31 @@ mod tests {
                 sp = out(reg) sp,
                 bp = out(reg) bp,
             );
+            lr = 0;
+        }
+        // SAFETY: as above.
+        #[cfg(target_arch = "aarch64")]
+        unsafe {
+            std::arch::asm!(
+                "adr {ip}, .",
+                "mov {sp}, sp",
+                "mov {bp}, x29",
+                "mov {lr}, x30",
+                ip = out(reg) ip,
+                sp = out(reg) sp,
+                bp = out(reg) bp,
+                lr = out(reg) lr,
+            );
         }
         let len = buf.len().min((mapping_end(sp) - sp) as usize);
         // SAFETY: the bytes from `sp` to the end of its mapping are this thread's stack (and
         // what the thread library keeps above it), all readable.
         unsafe { std::ptr::copy_nonoverlapping(sp as *const u8, buf.as_mut_ptr(), len) };
-        std::hint::black_box((ip, sp, bp))
+        std::hint::black_box((ip, sp, bp, lr))
     }
 
     #[inline(never)]
-    fn deep_caller_marker(depth: u32, buf: &mut [u8]) -> (u64, u64, u64) {
+    fn deep_caller_marker(depth: u32, buf: &mut [u8]) -> Regs {
         if depth == 0 {
             return snapshot(buf);
         }
@@ -463,11 +547,12 @@ mod tests {
     #[test]
     fn unwinds_this_thread_through_its_callers() {
         let mut buf = vec![0u8; 64 * 1024];
-        let (ip, sp, bp) = deep_caller_marker(3, &mut buf);
+        let (ip, sp, bp, lr) = deep_caller_marker(3, &mut buf);
         let copy = StackCopy {
             ip,
             sp,
             bp,
+            lr,
             ret_fix: None,
             bytes: &buf,
         };
@@ -491,15 +576,45 @@ mod tests {
         );
     }
 
+    /// The same walk judged by addresses alone, so that it holds where this process's
+    /// symbols cannot be read back through /proc (under qemu-user, which runs the aarch64
+    /// build of this test): every frame of the recursion returns into `deep_caller_marker`.
+    #[test]
+    fn unwinds_this_thread_through_its_callers_by_address() {
+        const DEPTH: u32 = 8;
+        let mut buf = vec![0u8; 64 * 1024];
+        let (ip, sp, bp, lr) = deep_caller_marker(DEPTH, &mut buf);
+        let copy = StackCopy {
+            ip,
+            sp,
+            bp,
+            lr,
+            ret_fix: None,
+            bytes: &buf,
+        };
+        let mut dwarf = Dwarf::default();
+        let (addrs, quality) = dwarf.unwind(std::process::id(), &copy);
+        let start = deep_caller_marker as *const () as u64;
+        // The function is a few dozen instructions; its neighbours hold at most two frames.
+        let inside = addrs
+            .iter()
+            .filter(|&&a| (start..start + 1024).contains(&a))
+            .count();
+        assert!(inside >= DEPTH as usize - 1, "{inside} of {addrs:x?}");
+        assert_eq!(quality, Quality::Complete, "{addrs:x?}");
+        assert!(dwarf.warnings.is_empty(), "{:?}", dwarf.warnings);
+    }
+
     #[test]
     fn a_short_copy_truncates_and_no_registers_fail() {
         let mut buf = vec![0u8; 64 * 1024];
-        let (ip, sp, bp) = deep_caller_marker(40, &mut buf);
+        let (ip, sp, bp, lr) = deep_caller_marker(40, &mut buf);
         let mut dwarf = Dwarf::default();
         let full = StackCopy {
             ip,
             sp,
             bp,
+            lr,
             ret_fix: None,
             bytes: &buf,
         };
@@ -526,6 +641,7 @@ mod tests {
             ip: 0x1000,
             sp: 0x2000,
             bp: 0,
+            lr: 0,
             ret_fix: None,
             bytes: &buf,
         };

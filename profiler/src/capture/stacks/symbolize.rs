@@ -30,8 +30,12 @@ struct Mappings {
     data: Vec<std::ops::Range<u64>>,
 }
 
-/// The lowest address user space cannot have on x86-64 (47-bit address spaces).
+/// The lowest address user space cannot have: x86-64's 47-bit address spaces, arm64's
+/// 48-bit ones (52 only for a process that asks for it with a high mmap hint).
+#[cfg(target_arch = "x86_64")]
 pub const USER_END: Addr = 1 << 47;
+#[cfg(target_arch = "aarch64")]
+pub const USER_END: Addr = 1 << 48;
 
 impl Mappings {
     fn file(&self, a: Addr) -> Option<usize> {
