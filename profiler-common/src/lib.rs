@@ -140,8 +140,18 @@ pub mod kind {
     /// Who woke a tracked thread from a sampled off-CPU period: a `Woken`, sent from the
     /// waker's context (`sched_waking`) before the period's `OFFCPU_END`.
     pub const WOKEN: u32 = 12;
+    /// No record: stack copies left out because the ring buffer was filling (the reader
+    /// behind): the sample went with its frame-pointer stack. Thinned, not lost.
+    pub const USER_STACK_THINNED: u32 = 13;
+    /// No record: on-CPU samples not taken because the ring buffer was half full.
+    pub const CPU_SAMPLE_THINNED: u32 = 14;
+    /// No record: off-CPU periods not sampled because the ring buffer was half full.
+    pub const OFFCPU_SAMPLE_THINNED: u32 = 15;
     /// One past the largest kind: the length of the per-kind counter arrays.
-    pub const COUNT: u32 = 13;
+    pub const COUNT: u32 = 16;
+
+    /// The counters of what was thinned end in this: each counts records never sent.
+    pub const THINNED_SUFFIX: &str = "_thinned";
 
     pub const NAMES: [&str; COUNT as usize] = [
         "none",
@@ -157,6 +167,9 @@ pub mod kind {
         "user_stack",
         "py_stack",
         "woken",
+        "user_stack_thinned",
+        "cpu_sample_thinned",
+        "offcpu_sample_thinned",
     ];
 }
 

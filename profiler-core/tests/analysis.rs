@@ -380,3 +380,47 @@ fn each_sampled_wait_of_a_main_thread_keeps_what_it_waited_for() {
         ]
     );
 }
+
+/// Samples and stack copies the kernel chose not to send while the reader was behind are
+/// counted under their `*_thinned` kinds, apart from the losses: nothing attempted, nothing
+/// lost, and the text report says what was thinned.
+#[test]
+fn thinned_records_are_counted_apart_from_losses() {
+    use profiler_core::recording::record::EventLoss;
+    let mut records = fixture();
+    let at = records
+        .iter()
+        .position(|r| matches!(r, Record::Loss(_)))
+        .unwrap();
+    for (kind, n) in [("user_stack_thinned", 700), ("offcpu_sample_thinned", 40)] {
+        records.insert(
+            at,
+            Record::Loss(EventLoss {
+                kind: kind.into(),
+                attempted: n,
+                dropped: 0,
+                received: 0,
+            }),
+        );
+    }
+    let analyzed = analyze(records);
+    let a = analyzed.analysis.clone();
+    assert_eq!(a.lost_events, 20);
+    assert_eq!(a.attempted_events, 10_050);
+    assert_eq!(a.events["user_stack_thinned"].thinned, 700);
+    assert_eq!(a.events["user_stack_thinned"].lost, 0);
+    assert_eq!(a.events["offcpu_sample_thinned"].thinned, 40);
+    assert_eq!(a.events["sched"].thinned, 0);
+    let text =
+        profiler_core::report::text::to_text(&analyzed.analyzed(LoadInfo::default()).report());
+    assert!(
+        text.contains("thinned while the reader was behind")
+            && text.contains("700 user stack thinned")
+            && text.contains("40 offcpu sample thinned"),
+        "{text}"
+    );
+    let plain = profiler_core::report::text::to_text(
+        &analyze(fixture()).analyzed(LoadInfo::default()).report(),
+    );
+    assert!(!plain.contains("thinned"), "{plain}");
+}

@@ -21,7 +21,8 @@ use profiler_common::{
 };
 
 use crate::maps::{
-    COUNTS, CUDA_INFLIGHT, EVENTS, PY_PROCS, PY_STACK_COPY, PY_THREADS, STACK_COPY, config,
+    COUNTS, CUDA_INFLIGHT, EVENTS, EVENTS_BYTES, PY_PROCS, PY_STACK_COPY, PY_THREADS, STACK_COPY,
+    config,
 };
 
 #[inline(always)]
@@ -57,6 +58,36 @@ pub fn wakeup_flags() -> u64 {
     } else {
         BPF_RB_NO_WAKEUP as u64
     }
+}
+
+/// How far behind the reader is, and so what is thinned: the attribution needs every state
+/// change, CUDA and NCCL call and IO completion, and can spare stack evidence, which is most
+/// of the bytes (a stack copy is up to 16 KiB). Past a quarter of the ring buffer unread,
+/// samples go without their stack copy (frame-pointer stacks); past half, samples are not
+/// taken. Each is counted under its `*_THINNED` kind.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Pressure {
+    None,
+    NoCopies,
+    NoSamples,
+}
+
+#[inline(always)]
+pub fn pressure() -> Pressure {
+    let unread = EVENTS.query(BPF_RB_AVAIL_DATA as u64);
+    if unread >= u64::from(EVENTS_BYTES / 2) {
+        Pressure::NoSamples
+    } else if unread >= u64::from(EVENTS_BYTES / 4) {
+        Pressure::NoCopies
+    } else {
+        Pressure::None
+    }
+}
+
+/// Counts a record thinned under `kind` (one of the `*_THINNED` counters).
+#[inline(always)]
+pub fn thinned(kind: u32) {
+    count(kind, false);
 }
 
 #[inline(always)]
@@ -101,6 +132,10 @@ const PAGE: u64 = 4096;
 #[inline(always)]
 pub fn send_user_stack(header: Header) {
     if config().copy_user_stack == 0 {
+        return;
+    }
+    if pressure() >= Pressure::NoCopies {
+        thinned(kind::USER_STACK_THINNED);
         return;
     }
     let Some(rec) = STACK_COPY.get_ptr_mut(0) else {

@@ -132,8 +132,12 @@ pub static STACK_COPY: PerCpuArray<UserStack> = PerCpuArray::with_max_entries(1,
 #[map]
 pub static PY_STACK_COPY: PerCpuArray<PyStack> = PerCpuArray::with_max_entries(1, 0);
 
+/// The ring buffer's size: what the reader may fall behind by before records are thinned
+/// (a quarter, half) or refused.
+pub const EVENTS_BYTES: u32 = 8 * 1024 * 1024;
+
 #[map]
-pub static EVENTS: RingBuf = RingBuf::with_byte_size(8 * 1024 * 1024, 0);
+pub static EVENTS: RingBuf = RingBuf::with_byte_size(EVENTS_BYTES, 0);
 
 #[map]
 pub static COUNTS: PerCpuArray<EventCounts> = PerCpuArray::with_max_entries(kind::COUNT, 0);

@@ -18,7 +18,10 @@ use aya_ebpf::{
 use profiler_common::{CpuSample, kind, state};
 
 use crate::{
-    emit::{capture_stack, header, reserve, send_py_stack, send_user_stack, wakeup_flags},
+    emit::{
+        Pressure, capture_stack, header, pressure, reserve, send_py_stack, send_user_stack,
+        thinned, wakeup_flags,
+    },
     maps::{CPU_CURRENT, per_thread_switches, slot_of, slot_stats},
     sched::found_running,
     switch_event::current_task,
@@ -50,6 +53,10 @@ pub fn cpu_sample(ctx: PerfEventContext) -> u32 {
         // SAFETY: the helper only returns the current task's address.
         cpu.task = unsafe { bpf_get_current_task() };
         cpu.slot = slot;
+    }
+    if pressure() == Pressure::NoSamples {
+        thinned(kind::CPU_SAMPLE_THINNED);
+        return 0;
     }
     let h = header(kind::CPU_SAMPLE, tid, (pid_tgid >> 32) as u32, now);
     send_py_stack(h);

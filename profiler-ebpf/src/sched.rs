@@ -33,7 +33,10 @@ use profiler_common::{
 };
 
 use crate::{
-    emit::{capture_stack, count, header, reserve, send_py_stack, send_user_stack, wakeup_flags},
+    emit::{
+        Pressure, capture_stack, count, header, pressure, reserve, send_py_stack, send_user_stack,
+        thinned, wakeup_flags,
+    },
     maps::{
         CPU_CURRENT, FREE_SLOTS, SWITCHES_OUT, config, covered, offset, per_thread_switches,
         prev_state_arg, set_slot, slot_of, slot_stats, tracepoint_sees_switches,
@@ -246,6 +249,12 @@ pub fn leave_cpu<C: EbpfContext>(
     };
     let interval = config().offcpu_sample_interval_ns;
     if st.offcpu_pending == 0 && now.saturating_sub(st.offcpu_sampled_ns) >= interval {
+        if pressure() == Pressure::NoSamples {
+            // This period goes unsampled, as one shorter than the interval would.
+            thinned(kind::OFFCPU_SAMPLE_THINNED);
+            st.offcpu_sampled_ns = now;
+            return;
+        }
         let h = header(kind::OFFCPU_SAMPLE, tid, st.tgid, now);
         send_py_stack(h);
         send_user_stack(h);

@@ -96,6 +96,8 @@ struct Attached {
     python: bool,
     switches: SwitchControl,
     start_ns: u64,
+    /// The reading thread's raised priority, held until the recording ends.
+    reader: crate::capture::reader_priority::Raised,
 }
 
 /// The processes `plan` traces, a launched command started (held before its first
@@ -260,6 +262,13 @@ fn attach(plan: &RecordingPlan) -> anyhow::Result<Attached> {
     }
     let seed_tids: Vec<u32> = seeds.iter().map(|s| s.tid).collect();
     let switches = SwitchControl::start(&mut ebpf, hook, auto, &seed_tids)?;
+    // The reading thread at real-time priority from here to the recording's end: raised
+    // while the capability to is still held, put back (which needs none) before the report.
+    let reader = crate::capture::reader_priority::raise();
+    if let Some(reason) = reader.shortfall() {
+        eprintln!("stallscope: warning: realtime-reader unavailable: {reason}");
+        unavailable.push(("realtime-reader".to_string(), reason));
+    }
     // Before any other thread starts: capability sets are per thread.
     let kept = privileges::drop_after_attach(signals.cuda_probes)?;
     log::info!("capabilities kept after attach: {kept:?}");
@@ -280,6 +289,7 @@ fn attach(plan: &RecordingPlan) -> anyhow::Result<Attached> {
         python: signals.python,
         switches,
         start_ns,
+        reader,
     })
 }
 
@@ -291,6 +301,7 @@ struct Opened {
     path: PathBuf,
     /// Reports each segment as it ends; says whether one failed.
     segment_reports: Option<std::thread::JoinHandle<bool>>,
+    reader: crate::capture::reader_priority::Raised,
 }
 
 fn open(plan: &RecordingPlan, a: Attached) -> anyhow::Result<Opened> {
@@ -404,6 +415,7 @@ fn open(plan: &RecordingPlan, a: Attached) -> anyhow::Result<Opened> {
         launched: a.launched,
         path,
         segment_reports,
+        reader: a.reader,
     })
 }
 
@@ -428,6 +440,8 @@ impl Opened {
             .enable_all()
             .build()?;
         let outcome = runtime.block_on(self.session.run(self.ring, plan.rates.tick, plan.duration));
+        // The report is made at the normal priority.
+        drop(self.reader);
         let unprobe = self.session.unprobe.take();
         drop(self.session);
         Ok(Ran {

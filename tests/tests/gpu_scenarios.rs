@@ -591,6 +591,35 @@ fn eight_ranks_wait_for_their_straggler() {
     });
 }
 
+/// The recorder on an overloaded host: eight ranks and two CPU hogs outside the job share
+/// this machine's CPUs, recorded for 10 s. No event may be lost, and every rank is seen as
+/// in the unloaded runs: its feeder's CUDA and NCCL calls, its GPU's wait for the straggler,
+/// the straggler named with its disk. No rerun.
+#[test]
+fn eight_ranks_beside_two_cpu_hogs_lose_no_event() {
+    let _serial = serial();
+    let hogs: Vec<common::workload::Workload> = (0..2)
+        .map(|_| common::workload::Workload::start(&["spin", "--secs", "60"]))
+        .collect();
+    let r = run_env("nccl-straggler", &["--ranks", "8"], &[], 24, 10);
+    drop(hogs);
+    let lost = r.report["lost_events"].as_u64();
+    let by_kind = &r.report["events"];
+    assert_eq!(
+        lost,
+        Some(0),
+        "events lost with the host overloaded: {by_kind}; unavailable: {}",
+        r.report["unavailable"]
+    );
+    if let Err(e) = straggler_found(&r, "disk", "gpm") {
+        panic!("{e}");
+    }
+    eprintln!(
+        "overloaded: {} events, none lost; per kind: {by_kind}",
+        r.report["attempted_events"]
+    );
+}
+
 #[test]
 fn without_gpm_the_other_ranks_gpus_show_the_wait() {
     ranked(

@@ -19,6 +19,10 @@ use crate::recording::format::FormatError;
 use crate::recording::reader::{LoadInfo, RecordReader};
 use crate::recording::record::{EndReason, GpuInfo, GpuState, Meta, Record, ThreadCounters};
 
+/// The kernel's counters of records it chose not to send under pressure (stack copies,
+/// samples) end in this (profiler-common's `kind::THINNED_SUFFIX`).
+pub const THINNED_SUFFIX: &str = "_thinned";
+
 /// The longest GPU utilization period believed. The recorder writes NVML's periods, a fraction
 /// of a second, clamped to 2 s; a longer one is damage, and left as it is, one damaged sample
 /// would make the attribution label every second of years (one entry per second).
@@ -393,6 +397,12 @@ impl Analyzer {
             Record::Unavailable { signal, reason } => {
                 self.unavailable.push(UnavailableSignal { signal, reason });
             }
+            Record::Loss(loss) if loss.kind.ends_with(THINNED_SUFFIX) => {
+                // Records the kernel chose not to send: none was attempted, none is lost.
+                let e = self.events.entry(loss.kind).or_default();
+                e.attempted = e.attempted.saturating_add(loss.attempted);
+                e.thinned = e.thinned.saturating_add(loss.attempted);
+            }
             Record::Loss(loss) => {
                 let e = self.events.entry(loss.kind).or_default();
                 let missing = loss
@@ -553,6 +563,7 @@ impl Analyzer {
         let attempted_events = self
             .events
             .values()
+            .filter(|e| e.thinned == 0)
             .fold(0u64, |sum, e| sum.saturating_add(e.attempted));
         let gpus = finish_gpus(self.gpus);
         let mut timed = self.timed;

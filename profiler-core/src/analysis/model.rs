@@ -309,6 +309,14 @@ pub struct EventCounts {
     pub received: u64,
     /// `dropped` plus whatever else went missing (`attempted - dropped - received`, if positive).
     pub lost: u64,
+    /// For a `*_thinned` counter: the records the kernel chose not to send while the reader
+    /// was behind (as many as `attempted`); 0 for the others.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub thinned: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -7,6 +7,7 @@ pub mod kernel;
 pub mod probes;
 pub mod proc;
 pub mod python;
+pub mod reader_priority;
 pub mod recording_file;
 pub mod segment_files;
 pub mod session;

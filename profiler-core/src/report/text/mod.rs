@@ -284,6 +284,20 @@ fn write_header<W: Write>(a: &Analysis, load: &LoadInfo, w: &mut W) -> io::Resul
         a.lost_events,
         a.attempted_events,
     )?;
+    let thinned: Vec<String> = a
+        .events
+        .iter()
+        .filter(|(_, e)| e.thinned > 0)
+        .map(|(kind, e)| format!("{} {}", e.thinned, kind.replace('_', " ")))
+        .collect();
+    if !thinned.is_empty() {
+        writeln!(
+            w,
+            "thinned while the reader was behind (stack evidence only; every state change, \
+             CUDA call and IO kept): {}",
+            thinned.join(", ")
+        )?;
+    }
     if let Some(meta) = a.meta.as_ref().filter(|m| !m.command.is_empty()) {
         let command = units::shorten(&meta.command.join(" "), CMDLINE_CHARS);
         writeln!(w, "command: {command}")?;
