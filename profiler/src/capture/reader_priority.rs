@@ -36,8 +36,9 @@ const FALLBACK_NICE: i32 = -10;
 /// Raises the calling thread: SCHED_FIFO 1, else nice -10, else nothing.
 /// `STALLSCOPE_READER_PRIORITY=normal` leaves it (for the benchmarks' side-by-side runs).
 pub fn raise() -> Raised {
-    // SAFETY: gettid has no preconditions.
-    let tid = unsafe { libc::gettid() };
+    // SAFETY: gettid has no preconditions. Through syscall(2): glibc's wrapper is 2.30's,
+    // and the release binary needs nothing above 2.17.
+    let tid = unsafe { libc::syscall(libc::SYS_gettid) } as libc::pid_t;
     if std::env::var_os("STALLSCOPE_READER_PRIORITY").is_some_and(|v| v == "normal") {
         return Raised {
             got: Got::Normal {
