@@ -383,7 +383,7 @@ fn each_sampled_wait_of_a_main_thread_keeps_what_it_waited_for() {
 
 /// Samples and stack copies the kernel chose not to send while the reader was behind are
 /// counted under their `*_thinned` kinds, apart from the losses: nothing attempted, nothing
-/// lost, and the text report says what was thinned.
+/// lost, and the text report says what was thinned, and what each real loss weakens.
 #[test]
 fn thinned_records_are_counted_apart_from_losses() {
     use profiler_core::recording::record::EventLoss;
@@ -403,10 +403,19 @@ fn thinned_records_are_counted_apart_from_losses() {
             }),
         );
     }
+    records.insert(
+        at,
+        Record::Loss(EventLoss {
+            kind: "block_io".into(),
+            attempted: 10,
+            dropped: 2,
+            received: 8,
+        }),
+    );
     let analyzed = analyze(records);
     let a = analyzed.analysis.clone();
-    assert_eq!(a.lost_events, 20);
-    assert_eq!(a.attempted_events, 10_050);
+    assert_eq!(a.lost_events, 22);
+    assert_eq!(a.attempted_events, 10_060);
     assert_eq!(a.events["user_stack_thinned"].thinned, 700);
     assert_eq!(a.events["user_stack_thinned"].lost, 0);
     assert_eq!(a.events["offcpu_sample_thinned"].thinned, 40);
@@ -416,7 +425,8 @@ fn thinned_records_are_counted_apart_from_losses() {
     assert!(
         text.contains("thinned while the reader was behind")
             && text.contains("700 user stack thinned")
-            && text.contains("40 offcpu sample thinned"),
+            && text.contains("40 offcpu sample thinned")
+            && text.contains("lost 2 block io: weakens disk"),
         "{text}"
     );
     let plain = profiler_core::report::text::to_text(

@@ -10,6 +10,7 @@ pub mod flamegraph;
 pub mod format;
 pub mod html;
 pub mod json;
+pub mod losses;
 pub mod markdown;
 pub mod model;
 #[cfg(feature = "perfetto")]

@@ -284,6 +284,16 @@ fn write_header<W: Write>(a: &Analysis, load: &LoadInfo, w: &mut W) -> io::Resul
         a.lost_events,
         a.attempted_events,
     )?;
+    for (kind, e) in a.events.iter().filter(|(_, e)| e.lost > 0) {
+        if let Some(what) = crate::report::losses::weakens(kind) {
+            writeln!(
+                w,
+                "lost {} {}: weakens {what}",
+                e.lost,
+                kind.replace('_', " ")
+            )?;
+        }
+    }
     let thinned: Vec<String> = a
         .events
         .iter()
