@@ -15,7 +15,10 @@ use std::{
     process::Command,
 };
 
-use common::Scratch;
+use common::{
+    Scratch,
+    dist::{self, only},
+};
 
 const QEMU: &str = "qemu-aarch64-static";
 
@@ -30,28 +33,9 @@ fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-fn dist() -> PathBuf {
-    std::env::var_os("STALLSCOPE_DIST").map_or_else(|| repo().join("dist"), PathBuf::from)
-}
-
 fn x86_bin() -> PathBuf {
     std::env::var_os("STALLSCOPE_BIN")
         .map_or_else(|| repo().join("target/release/stallscope"), PathBuf::from)
-}
-
-fn only(dir: &Path, suffix: &str) -> PathBuf {
-    let found: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap_or_else(|e| panic!("{}: {e}; build it with `cargo xtask dist`", dir.display()))
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.to_string_lossy().ends_with(suffix))
-        .collect();
-    assert_eq!(
-        found.len(),
-        1,
-        "want one {suffix} in {} (`cargo xtask dist`), found {found:?}",
-        dir.display()
-    );
-    found.into_iter().next().unwrap()
 }
 
 fn output(cmd: &mut Command) -> (bool, Vec<u8>, String) {
@@ -67,7 +51,7 @@ fn output(cmd: &mut Command) -> (bool, Vec<u8>, String) {
 
 /// The tarball's binary, unpacked into `dir`.
 fn unpacked(dir: &Scratch) -> PathBuf {
-    let tarball = only(&dist(), "-aarch64-linux.tar.gz");
+    let tarball = only(&dist::dir(), "-aarch64-linux.tar.gz");
     let (ok, _, err) = output(
         Command::new("tar")
             .arg("-xzf")
@@ -115,7 +99,7 @@ fn the_release_is_an_aarch64_executable_needing_glibc_2_17_in_wheel_and_tarball_
     );
 
     // The wheel carries the same binary (maturin's `bindings = "bin"`: data/scripts).
-    let wheel = only(&dist(), "manylinux_2_17_aarch64.whl");
+    let wheel = only(&dist::dir(), "manylinux_2_17_aarch64.whl");
     let script = "import sys, zipfile\n\
                   z = zipfile.ZipFile(sys.argv[1])\n\
                   n = [i for i in z.namelist() if i.endswith('.data/scripts/stallscope')]\n\
@@ -126,7 +110,7 @@ fn the_release_is_an_aarch64_executable_needing_glibc_2_17_in_wheel_and_tarball_
         in_wheel == bytes,
         "the wheel's binary differs from the tarball's"
     );
-    let (ok, _, err) = output(Command::new("sha256sum").current_dir(dist()).args([
+    let (ok, _, err) = output(Command::new("sha256sum").current_dir(dist::dir()).args([
         "--check",
         "--strict",
         "SHA256SUMS",

@@ -8,39 +8,15 @@
 )]
 mod common;
 
-use std::{
-    path::{Path, PathBuf},
-    process::Command,
-    time::Duration,
-};
+use std::{path::Path, process::Command, time::Duration};
 
 use common::{
-    Scratch, serial,
+    Scratch,
+    dist::{self, only},
+    serial,
     spawned::Spawned,
     stallscope::{RECORD_TIMEOUT, assert_success, folded},
 };
-
-fn dist() -> PathBuf {
-    std::env::var_os("STALLSCOPE_DIST").map_or_else(
-        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../dist"),
-        PathBuf::from,
-    )
-}
-
-fn only(dir: &Path, suffix: &str) -> PathBuf {
-    let found: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap_or_else(|e| panic!("{}: {e}; build it with `cargo xtask dist`", dir.display()))
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.to_string_lossy().ends_with(suffix))
-        .collect();
-    assert_eq!(
-        found.len(),
-        1,
-        "want one {suffix} in {} (`cargo xtask dist`), found {found:?}",
-        dir.display()
-    );
-    found.into_iter().next().unwrap()
-}
 
 fn output(cmd: &mut Command) -> (bool, String, String) {
     let out = cmd
@@ -67,7 +43,7 @@ spin_in_the_wheel_test()
 #[test]
 fn the_wheel_installs_with_pip_and_records_a_python_process_without_a_toolchain() {
     let _serial = serial();
-    let dist = dist();
+    let dist = dist::dir();
     let wheel = only(&dist, "_x86_64.whl");
     let tarball = only(&dist, "-x86_64-linux.tar.gz");
     let (ok, _, err) = output(Command::new("sha256sum").current_dir(&dist).args([

@@ -1,5 +1,6 @@
 //! Shared helpers for the root-only end-to-end tests: privileges, serial execution, scratch
 //! space and the clock the recordings use.
+pub mod dist;
 pub mod endpoint;
 pub mod oracle;
 pub mod procfs;

@@ -544,20 +544,30 @@ mod tests {
         std::hint::black_box(r)
     }
 
-    #[test]
-    fn unwinds_this_thread_through_its_callers() {
-        let mut buf = vec![0u8; 64 * 1024];
-        let (ip, sp, bp, lr) = deep_caller_marker(3, &mut buf);
-        let copy = StackCopy {
+    /// The stack copy a sample with these registers would carry.
+    fn copy_of((ip, sp, bp, lr): Regs, bytes: &[u8]) -> StackCopy<'_> {
+        StackCopy {
             ip,
             sp,
             bp,
             lr,
             ret_fix: None,
-            bytes: &buf,
-        };
+            bytes,
+        }
+    }
+
+    /// Unwinds a copy of this thread's stack taken `depth` calls deep.
+    fn unwind_own_stack(depth: u32) -> (Vec<u64>, Quality, Dwarf) {
+        let mut buf = vec![0u8; 64 * 1024];
+        let regs = deep_caller_marker(depth, &mut buf);
         let mut dwarf = Dwarf::default();
-        let (addrs, quality) = dwarf.unwind(std::process::id(), &copy);
+        let (addrs, quality) = dwarf.unwind(std::process::id(), &copy_of(regs, &buf));
+        (addrs, quality, dwarf)
+    }
+
+    #[test]
+    fn unwinds_this_thread_through_its_callers() {
+        let (addrs, quality, dwarf) = unwind_own_stack(3);
         let mut namer = super::super::Namer::default();
         let frames = namer.name_stack(std::process::id(), &addrs, &[]);
         let markers = frames
@@ -582,18 +592,7 @@ mod tests {
     #[test]
     fn unwinds_this_thread_through_its_callers_by_address() {
         const DEPTH: u32 = 8;
-        let mut buf = vec![0u8; 64 * 1024];
-        let (ip, sp, bp, lr) = deep_caller_marker(DEPTH, &mut buf);
-        let copy = StackCopy {
-            ip,
-            sp,
-            bp,
-            lr,
-            ret_fix: None,
-            bytes: &buf,
-        };
-        let mut dwarf = Dwarf::default();
-        let (addrs, quality) = dwarf.unwind(std::process::id(), &copy);
+        let (addrs, quality, dwarf) = unwind_own_stack(DEPTH);
         let start = deep_caller_marker as *const () as u64;
         // The function is a few dozen instructions; its neighbours hold at most two frames.
         let inside = addrs
@@ -608,16 +607,9 @@ mod tests {
     #[test]
     fn a_short_copy_truncates_and_no_registers_fail() {
         let mut buf = vec![0u8; 64 * 1024];
-        let (ip, sp, bp, lr) = deep_caller_marker(40, &mut buf);
+        let regs = deep_caller_marker(40, &mut buf);
         let mut dwarf = Dwarf::default();
-        let full = StackCopy {
-            ip,
-            sp,
-            bp,
-            lr,
-            ret_fix: None,
-            bytes: &buf,
-        };
+        let full = copy_of(regs, &buf);
         let short = StackCopy {
             bytes: &buf[..256],
             ..full
