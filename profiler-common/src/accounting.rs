@@ -1,7 +1,7 @@
 //! The per-thread state machine that the scheduler programs drive, free of kernel calls so
 //! that host tests can replay event sequences through it. Everything is `#[inline(always)]`:
 //! the programs cannot afford calls, and the verifier checks the code where it is used.
-use crate::{RUN_DELAY_UNKNOWN, ThreadStats, state};
+use crate::{OFFCPU_SAMPLE_BURST, RUN_DELAY_UNKNOWN, ThreadStats, state};
 
 impl ThreadStats {
     /// Adds the time since `since_ns` to the bucket of the current state. Written as four
@@ -93,6 +93,34 @@ impl ThreadStats {
     }
 }
 
+impl ThreadStats {
+    /// Whether an off-CPU period beginning at `now` may have its stack sampled: one every
+    /// `interval` on average, the generic cell rate algorithm's way, so that a thread idle
+    /// for a while may take up to [`OFFCPU_SAMPLE_BURST`] in a row. A fixed spacing would
+    /// skip whatever wait came next after a short one, however long it then lasted.
+    #[inline(always)]
+    pub fn offcpu_sample_due(&self, now: u64, interval: u64) -> bool {
+        // Not `saturating_mul`, which BPF cannot do (a 128-bit multiply).
+        let slack = if interval > u64::MAX / OFFCPU_SAMPLE_BURST {
+            u64::MAX
+        } else {
+            interval * (OFFCPU_SAMPLE_BURST - 1)
+        };
+        self.offcpu_next_sample_ns <= now.saturating_add(slack)
+    }
+
+    /// Spends one sample of the budget at `now` (taken, or thinned away).
+    #[inline(always)]
+    pub fn offcpu_sample_taken(&mut self, now: u64, interval: u64) {
+        let from = if self.offcpu_next_sample_ns > now {
+            self.offcpu_next_sample_ns
+        } else {
+            now
+        };
+        self.offcpu_next_sample_ns = from.saturating_add(interval);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -110,6 +138,47 @@ mod tests {
 
     fn buckets(s: &ThreadStats) -> [u64; 4] {
         [s.on_cpu_ns, s.runqueue_ns, s.io_wait_ns, s.blocked_ns]
+    }
+
+    #[test]
+    fn off_cpu_samples_come_one_per_interval_after_a_burst() {
+        let mut s = seeded(state::ON_CPU, 0);
+        let interval = 5;
+        let mut taken = Vec::new();
+        // A wait every unit of time from 1000 on: the burst, then one per interval, counted
+        // from the first (the fifth is the one the interval from 1000 to 1005 earned).
+        for now in 1000..1030 {
+            if s.offcpu_sample_due(now, interval) {
+                s.offcpu_sample_taken(now, interval);
+                taken.push(now);
+            }
+        }
+        assert_eq!(
+            taken,
+            [1000, 1001, 1002, 1003, 1005, 1010, 1015, 1020, 1025]
+        );
+        // Quiet long enough to earn the whole burst back, and no more: the burst, then the
+        // one its first interval earns.
+        let later = 1025 + interval * OFFCPU_SAMPLE_BURST + 100;
+        let burst = (later..later + 10)
+            .filter(|&now| {
+                let due = s.offcpu_sample_due(now, interval);
+                if due {
+                    s.offcpu_sample_taken(now, interval);
+                }
+                due
+            })
+            .count();
+        assert_eq!(burst as u64, OFFCPU_SAMPLE_BURST + 1);
+    }
+
+    #[test]
+    fn a_zero_interval_samples_every_off_cpu_period() {
+        let mut s = seeded(state::ON_CPU, 0);
+        for now in [7, 7, 8, 9] {
+            assert!(s.offcpu_sample_due(now, 0));
+            s.offcpu_sample_taken(now, 0);
+        }
     }
 
     #[test]

@@ -39,8 +39,9 @@ pub struct ThreadStats {
     /// Page-cache insertions (misses) made by this thread, in pages and bytes.
     pub pc_misses: u64,
     pub pc_miss_bytes: u64,
-    /// When this thread last had its off-CPU stack captured, for rate limiting.
-    pub offcpu_sampled_ns: u64,
+    /// When this thread's next off-CPU stack capture is due, all of its burst spent (see
+    /// [`ThreadStats::offcpu_sample_due`]).
+    pub offcpu_next_sample_ns: u64,
     /// Non-zero while the current off-CPU period has a captured stack waiting for its duration:
     /// [`OFFCPU_PENDING`], then [`OFFCPU_WOKEN`] once its waker was sent.
     pub offcpu_pending: u32,
@@ -112,6 +113,11 @@ pub mod control {
 
 /// Ring-buffer record kinds; the first `u32` of every record.
 /// [`ThreadStats::offcpu_pending`]: a sampled off-CPU period waits for its waker and its end.
+/// How many off-CPU periods of a thread in a row may be sampled closer together than the
+/// sampling interval: a wait that follows a short one (a lock inside a CUDA call, then the
+/// socket read the server really waits in) is not missed for coming too soon after it.
+pub const OFFCPU_SAMPLE_BURST: u64 = 4;
+
 pub const OFFCPU_PENDING: u32 = 1;
 /// [`ThreadStats::offcpu_pending`]: its waker was sent; its end is still to come.
 pub const OFFCPU_WOKEN: u32 = 2;
@@ -529,7 +535,8 @@ pub struct Offsets {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Config {
-    /// Minimum spacing of off-CPU stack captures per thread; 0 captures every block.
+    /// Mean spacing of off-CPU stack captures per thread, with bursts of up to
+    /// [`OFFCPU_SAMPLE_BURST`]; 0 captures every block.
     pub offcpu_sample_interval_ns: u64,
     pub page_size: u64,
     /// Non-zero: send a `UserStack` before each stack sample, for DWARF unwinding.

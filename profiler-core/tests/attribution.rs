@@ -374,6 +374,28 @@ fn before_the_cuda_probes_see_a_call_host_work_is_not_claimed() {
 }
 
 #[test]
+fn a_window_the_probes_watched_most_of_has_its_cause() {
+    // Windows end every PERIOD from START; the one from 2000 ms runs to 2166.7 ms.
+    let cause_at = |first_call_ms: u64| {
+        let mut records = host_work(0);
+        records.retain(|r| !matches!(r, Record::CudaCall(_)));
+        records.push(first_call(START + first_call_ms * MS));
+        let a = analyze(records).analyzed(LoadInfo::default());
+        let g = &a.attribution.as_ref().expect("attributed").gpus[0];
+        g.labels
+            .iter()
+            .find(|w| w.start_ns <= START + 2050 * MS && START + 2050 * MS < w.end_ns)
+            .map(|w| w.cause)
+            .expect("a window at 2050 ms")
+    };
+    // 12% and 42% of it before the first call seen: taken as probed throughout.
+    assert_eq!(cause_at(2020), Cause::HostCompute);
+    assert_eq!(cause_at(2070), Cause::HostCompute);
+    // 60%: in doubt.
+    assert_eq!(cause_at(2100), Cause::Unknown);
+}
+
+#[test]
 fn before_the_cuda_probes_attach_host_work_is_not_claimed() {
     let a = analyze(host_work(2000)).analyzed(LoadInfo::default());
     let g = &a.attribution.as_ref().expect("attributed").gpus[0];

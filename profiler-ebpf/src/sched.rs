@@ -248,11 +248,11 @@ pub fn leave_cpu<C: EbpfContext>(
         state::BLOCKED
     };
     let interval = config().offcpu_sample_interval_ns;
-    if st.offcpu_pending == 0 && now.saturating_sub(st.offcpu_sampled_ns) >= interval {
+    if st.offcpu_pending == 0 && st.offcpu_sample_due(now, interval) {
         if pressure() == Pressure::NoSamples {
-            // This period goes unsampled, as one shorter than the interval would.
+            // This period goes unsampled, and spends its place in the budget as a sample.
             thinned(kind::OFFCPU_SAMPLE_THINNED);
-            st.offcpu_sampled_ns = now;
+            st.offcpu_sample_taken(now, interval);
             return;
         }
         let h = header(kind::OFFCPU_SAMPLE, tid, st.tgid, now);
@@ -271,7 +271,7 @@ pub fn leave_cpu<C: EbpfContext>(
                 capture_stack(ctx, &raw mut (*rec).stack);
             }
             entry.submit(wakeup_flags());
-            st.offcpu_sampled_ns = now;
+            st.offcpu_sample_taken(now, interval);
             st.offcpu_pending = OFFCPU_PENDING;
         }
     }

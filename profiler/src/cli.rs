@@ -272,7 +272,8 @@ pub struct RecordArgs {
     /// as lost `thread_untracked` events.
     #[arg(long, value_name = "N", default_value_t = profiler_common::MAX_SLOTS, value_parser = clap::value_parser!(u32).range(1..=i64::from(profiler_common::MAX_SLOTS)))]
     pub max_threads: u32,
-    /// Minimum spacing of off-CPU stack captures per thread.
+    /// Mean spacing of off-CPU stack captures per thread (up to four in a row after a quiet
+    /// spell, so that a wait just after a short one is not skipped).
     #[arg(long, value_parser = parse_duration, default_value = "5ms")]
     pub offcpu_interval: Duration,
     /// How user stacks are walked. `dwarf`: the kernel also copies the top 16 KiB of the

@@ -100,7 +100,7 @@ pub struct Rates {
     pub sample_hz: u64,
     /// How often thread accounting is snapshotted into the timeline.
     pub tick: Duration,
-    /// Minimum spacing of one thread's off-CPU stack captures.
+    /// Mean spacing of one thread's off-CPU stack captures (see `OFFCPU_SAMPLE_BURST`).
     pub offcpu_interval: Duration,
     /// Percent of the time the kernel-launch probes are on.
     pub launch_duty: f64,

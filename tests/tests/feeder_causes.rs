@@ -57,9 +57,13 @@ fn no_unknown(r: &Run) {
     let unknown = lost(r, "unknown") as f64 / u(g, "observed_ns") as f64;
     assert!(
         unknown < UNKNOWN_MAX,
-        "unknown took {:.1}% of GPU time: {}",
+        "unknown took {:.1}% of GPU time: {}; unknown's evidence: {}",
         unknown * 100.0,
-        g["lost_by_cause"]
+        g["lost_by_cause"],
+        g["causes"]
+            .as_array()
+            .and_then(|cs| cs.iter().find(|c| c["cause"] == "unknown"))
+            .unwrap_or(&Value::Null)
     );
 }
 

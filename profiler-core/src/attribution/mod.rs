@@ -181,8 +181,16 @@ const MAX_STALLS: usize = 20;
 /// The feeder's waits named in a cause's evidence.
 const TOP_WAITS: usize = 2;
 
-/// Why a window of a probed feeder that starts before the probes saw its first CUDA call, and
-/// looks like host work, has no cause: the feeder's time in CUDA calls was not measured yet.
+/// The most of a window that may precede the probes' first sight of the feeder's calls for
+/// the window to count as probed, the rest taken to be like what they saw: a window's label is
+/// what held for most of it. The probes go on a moment into the recording, and a call then in
+/// progress goes unseen, so a feeder that calls CUDA every few tens of ms would otherwise
+/// leave the whole first window (a sixth of a second on most GPUs) without a cause.
+const UNPROBED_MOST: f64 = 0.5;
+
+/// Why a window of a probed feeder more than [`UNPROBED_MOST`] of which precedes the probes'
+/// first sight of its CUDA calls, and which looks like host work, has no cause: the feeder's
+/// time in CUDA calls was not measured yet.
 pub const BEFORE_PROBES: &str = "before the CUDA probes saw the feeder's first call (a call \
                                  in progress when they attached goes unseen)";
 
@@ -319,9 +327,14 @@ fn attribute_gpu(
         let mut host = index.window(&a.timeline, roles, start, end);
         host.launch_bound = launch_rate >= rules::LAUNCH_BOUND_PER_SEC;
         host.waits = feeder_waits.window(start, end);
-        let feeder_probed = probed_since.is_some_and(|since| start >= since);
-        if feeder_probed {
-            let totals = waits.totals(start, end, |tid| roles.feeders.contains(&tid));
+        let probed_from = probed_since.map(|since| since.max(start));
+        let feeder_probed = probed_from.is_some_and(|from| {
+            from < end && (from - start) as f64 <= UNPROBED_MOST * (end - start) as f64
+        });
+        if let (true, Some(from)) = (feeder_probed, probed_from) {
+            let totals = waits
+                .totals(from, end, |tid| roles.feeders.contains(&tid))
+                .scaled((end - start) as f64 / (end - from) as f64);
             let achieved = (totals.copy_ns() > 0.0 && totals.copy_bytes > 0.0)
                 .then(|| totals.copy_bytes / totals.copy_ns());
             let link = link::LinkState::at(g, end);
@@ -338,7 +351,7 @@ fn attribute_gpu(
             reason.push_str(&format!("; the feeder blocked most in {most}"));
         }
         // Only host work is in doubt: the other causes stand on scheduler and IO evidence.
-        if label.cause == Cause::HostCompute && probed_since.is_some_and(|since| start < since) {
+        if label.cause == Cause::HostCompute && probed_since.is_some() && !feeder_probed {
             label.cause = Cause::Unknown;
             label.reason = Some(BEFORE_PROBES.into());
         }

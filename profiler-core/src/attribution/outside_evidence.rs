@@ -3,10 +3,11 @@
 //! took to serve. The field guides' advice for a server with sparse requests is to watch
 //! these, not the GPU's utilization.
 //!
-//! A request is a sampled wait for outside input that ended: the recorder samples at most one
-//! off-CPU interval of a thread per sampling interval (5 ms by default), so while requests
-//! take longer than that to serve, every wait between two of them is sampled and the count is
-//! exact; past it, a lower bound.
+//! A request is a sampled wait for outside input that ended: the recorder samples one off-CPU
+//! interval of a thread per sampling interval (5 ms by default) on average, up to four in a
+//! row, so while requests take longer than that to serve, every wait between two of them is
+//! sampled (even one that follows a short wait inside the request) and the count is exact;
+//! past it, a lower bound.
 use serde::{Deserialize, Serialize};
 
 use super::roles::Roles;

@@ -29,6 +29,20 @@ impl WaitTotals {
     pub fn copy_ns(&self) -> f64 {
         self.call_copy_ns + self.sync_copy_ns
     }
+
+    /// Every total times `k`: what a part of a window saw, taken for the whole of it.
+    pub fn scaled(self, k: f64) -> Self {
+        Self {
+            call_copy_ns: self.call_copy_ns * k,
+            sync_copy_ns: self.sync_copy_ns * k,
+            sync_pinned_bytes: self.sync_pinned_bytes * k,
+            sync_staged_ns: self.sync_staged_ns * k,
+            collective_ns: self.collective_ns * k,
+            kernel_ns: self.kernel_ns * k,
+            copy_bytes: self.copy_bytes * k,
+            call_copy_bytes: self.call_copy_bytes * k,
+        }
+    }
 }
 
 /// Finds waits overlapping a window quickly: waits are short next to a recording, so a
