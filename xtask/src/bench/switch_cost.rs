@@ -123,11 +123,18 @@ pub fn print(costs: &[SwitchCost]) {
     println!();
     println!("### stallscope's switch program, per run (kernel BPF statistics)");
     println!();
-    println!("| switches | program | runs | ns per run |");
-    println!("|---|---|---|---|");
+    println!("| switches | program | runs | ns per run | note |");
+    println!("|---|---|---|---|---|");
     for c in costs {
+        // Under per-thread events no program runs at an untracked switch: what ran was the
+        // idle target's own few switch-outs, each with its off-CPU sample.
+        let note = if c.program == "switch_out" && c.case.starts_with("untracked") {
+            "per-thread events: an untracked switch runs no program; these are the idle target's own switch-outs"
+        } else {
+            ""
+        };
         println!(
-            "| {} | `{}` | {} | {:.0} |",
+            "| {} | `{}` | {} | {:.0} | {note} |",
             c.case, c.program, c.runs, c.ns_per_run
         );
     }
