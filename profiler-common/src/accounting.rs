@@ -91,9 +91,7 @@ impl ThreadStats {
         self.off_state = state::ON_CPU;
         self.off_len_ns = 0;
     }
-}
 
-impl ThreadStats {
     /// Whether an off-CPU period beginning at `now` may have its stack sampled: one every
     /// `interval` on average, the generic cell rate algorithm's way, so that a thread idle
     /// for a while may take up to [`OFFCPU_SAMPLE_BURST`] in a row. A fixed spacing would
@@ -112,12 +110,7 @@ impl ThreadStats {
     /// Spends one sample of the budget at `now` (taken, or thinned away).
     #[inline(always)]
     pub fn offcpu_sample_taken(&mut self, now: u64, interval: u64) {
-        let from = if self.offcpu_next_sample_ns > now {
-            self.offcpu_next_sample_ns
-        } else {
-            now
-        };
-        self.offcpu_next_sample_ns = from.saturating_add(interval);
+        self.offcpu_next_sample_ns = self.offcpu_next_sample_ns.max(now).saturating_add(interval);
     }
 }
 

@@ -318,7 +318,7 @@ pub const CAUSES: [CauseSpec; 13] = [
         name: "unknown",
         description: "nothing traced explains the idle time",
         fix: "the feeder waited on something stallscope does not trace",
-        score_doc: "no score covers a third of the idle fraction; or the feeder looks busy with host work before the CUDA probes saw its first call (a call already in progress when they attached, such as a sync spinning on-CPU in a hung collective, is never seen, and would pass for host work)",
+        score_doc: "no score covers a third of the idle fraction; or the feeder looks busy with host work in a window more than half of which came before the CUDA probes saw its first call (a call already in progress when they attached, such as a sync spinning on-CPU in a hung collective, is never seen, and would pass for host work; a window they watched for the most part is judged by what they saw)",
         evidence_doc: "the reason in words",
         needs: &[],
         speakers: Speakers::All,

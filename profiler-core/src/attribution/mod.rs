@@ -327,11 +327,12 @@ fn attribute_gpu(
         let mut host = index.window(&a.timeline, roles, start, end);
         host.launch_bound = launch_rate >= rules::LAUNCH_BOUND_PER_SEC;
         host.waits = feeder_waits.window(start, end);
-        let probed_from = probed_since.map(|since| since.max(start));
-        let feeder_probed = probed_from.is_some_and(|from| {
+        // Where the probes' watch of this window begins, when they watched most of it.
+        let probed_from = probed_since.map(|since| since.max(start)).filter(|&from| {
             from < end && (from - start) as f64 <= UNPROBED_MOST * (end - start) as f64
         });
-        if let (true, Some(from)) = (feeder_probed, probed_from) {
+        let feeder_probed = probed_from.is_some();
+        if let Some(from) = probed_from {
             let totals = waits
                 .totals(from, end, |tid| roles.feeders.contains(&tid))
                 .scaled((end - start) as f64 / (end - from) as f64);
