@@ -7,6 +7,7 @@
 #![cfg_attr(not(test), no_std)]
 
 mod accounting;
+mod switch_clock;
 
 /// Thread states the kernel side keeps per tracked thread.
 pub mod state {
@@ -85,6 +86,10 @@ pub struct CpuSlot {
     pub _pad: u32,
     /// The last switch seen on this CPU; 0 before the first.
     pub ts_ns: u64,
+    /// `bpf_ktime_get_ns` less the run queue's clock (see [`CpuSlot::clock_estimate`]), last
+    /// measured at `calibrated_rq_ns`, the run queue's clock then (0 before the first).
+    pub clock_gap: u64,
+    pub calibrated_rq_ns: u64,
 }
 
 /// How tracked threads' context switches reach the programs: the value of the eBPF

@@ -133,10 +133,10 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
     if !tracepoint_sees_switches() {
         return 0;
     }
-    let now = unsafe { bpf_ktime_get_ns() };
+    // SAFETY: `prev` is the tracepoint's task argument; the offset is BTF's `pid`.
+    let prev_tid: u32 = unsafe { task_field(prev_task as *const u8, offset!(task_pid)) };
+    let now = switch_clock(cpu, prev_task as *const u8, prev_tid);
     if !(prev_known && cpu.slot == 0) {
-        // SAFETY: `prev` is the tracepoint's task argument; the offset is BTF's `pid`.
-        let prev_tid: u32 = unsafe { task_field(prev_task as *const u8, offset!(task_pid)) };
         let mut st = if prev_known {
             slot_stats(cpu.slot)
         } else {
@@ -172,6 +172,34 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> i32 {
         None => 0,
     };
     0
+}
+
+/// Now, on `bpf_ktime_get_ns`'s clock: from the run queue's clock that `__schedule` has just
+/// updated, a few plain loads (see [`profiler_common::CpuSlot::clock_estimate`]), and from the
+/// helper where that clock is missing, due to be re-measured, or stopped at an idle exit.
+#[inline(always)]
+fn switch_clock(cpu: &mut profiler_common::CpuSlot, prev: *const u8, prev_tid: u32) -> u64 {
+    if offset!(rq_clock) == 0 {
+        return unsafe { bpf_ktime_get_ns() };
+    }
+    // SAFETY: `prev` is a BTF task pointer; the offsets are BTF's `se.cfs_rq`, `cfs_rq.rq` and
+    // `rq.clock` (a null pointer on the way reads as 0).
+    let rq_clock: u64 = unsafe {
+        let cfs_rq: *const u8 = task_field(prev, offset!(task_cfs_rq));
+        let rq: *const u8 = task_field(cfs_rq, offset!(cfs_rq_rq));
+        task_field(rq, offset!(rq_clock))
+    };
+    if rq_clock != 0 && prev_tid != 0 {
+        if let Some(now) = cpu.clock_estimate(rq_clock) {
+            return now;
+        }
+    }
+    let now = unsafe { bpf_ktime_get_ns() };
+    if rq_clock != 0 && prev_tid != 0 {
+        cpu.calibrate(rq_clock, now);
+    }
+    // An estimate since the last measurement may have run up to the drift allowance ahead.
+    now.max(cpu.ts_ns)
 }
 
 /// Closes the interval of a thread leaving the CPU. A thread not marked on-CPU was switched
