@@ -13,6 +13,7 @@ pub mod exposition;
 mod fxhash;
 pub mod gate;
 pub mod kernel_support;
+pub mod live;
 pub mod nvml;
 pub mod pipeline;
 pub mod recording;

@@ -6,7 +6,7 @@ use profiler_core::Format;
 
 use crate::plan::{
     AgentPlan, CheckPlan, DiffPlan, DoctorPlan, Outputs, Rates, RecordingPlan, Running, Signals,
-    Since, SwitchHookChoice, Targets, Unwind,
+    Since, SwitchHookChoice, Targets, TopPlan, Unwind,
 };
 
 #[derive(Debug, Parser)]
@@ -37,6 +37,11 @@ pub enum Command {
     /// CUDA devices, runtime and memory trend.
     #[command(after_help = DOCTOR_EXIT_CODES)]
     Doctor(DoctorArgs),
+    /// Watch a running job live: each GPU's busy, waiting and idle time, the top cause of
+    /// the last seconds and the code behind it, refreshed every second (q quits). Without a
+    /// terminal, one line a second.
+    #[command(after_help = TOP_KEYS)]
+    Top(TopArgs),
     /// Serve this host's GPU time by state and cause, and its GPUs' health, as OpenMetrics on
     /// /metrics, recording the GPU processes (or --pid) continuously.
     Agent(AgentArgs),
@@ -93,6 +98,48 @@ pub struct AgentArgs {
     /// port; /flamegraph serves the job's function names and file paths.
     #[arg(long = "web.config.file", value_name = "FILE")]
     pub web_config: Option<PathBuf>,
+}
+
+const TOP_KEYS: &str = "Keys: g next GPU, c next cause (t: back to the top one), space or f \
+                        freeze the display, q or Ctrl-C quit (the probes are removed).";
+
+#[derive(Debug, Clone, Args)]
+pub struct TopArgs {
+    /// A process to watch, with its threads and descendants. Repeatable.
+    #[arg(
+        short,
+        long = "pid",
+        value_name = "PID",
+        required_unless_present = "all_gpu_processes"
+    )]
+    pub pids: Vec<u32>,
+    /// Watch every process NVML lists on this host's GPUs.
+    #[arg(long)]
+    pub all_gpu_processes: bool,
+    /// Keep the recording, one file a second (FILE.1.rec, FILE.2.rec, ...; `stallscope
+    /// report` reads them). Without it nothing is kept.
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Stop after this long (default: until q, Ctrl-C, or the targets' exit).
+    #[arg(short, long, value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// NVML library to load (default: $STALLSCOPE_NVML_LIB, else libnvidia-ml.so.1).
+    #[arg(long, value_name = "PATH")]
+    pub nvml_lib: Option<PathBuf>,
+}
+
+impl From<TopArgs> for TopPlan {
+    fn from(a: TopArgs) -> Self {
+        TopPlan {
+            targets: Running {
+                pids: a.pids,
+                all_gpu_processes: a.all_gpu_processes,
+            },
+            keep: a.output,
+            duration: a.duration,
+            nvml_lib: a.nvml_lib,
+        }
+    }
 }
 
 const DOCTOR_EXIT_CODES: &str = "Exit status: 0 every check passed (or could not run, which is \

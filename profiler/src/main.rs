@@ -14,6 +14,7 @@ mod privileges;
 mod recorder;
 mod spawn;
 mod sudo;
+mod top;
 
 use clap::Parser as _;
 
@@ -30,6 +31,7 @@ fn main() {
         cli::Command::Diff(args) => (gate::run_diff(&args.into()), 2),
         cli::Command::Check(args) => (gate::run_check(&args.into()), 2),
         cli::Command::Doctor(args) => (doctor::run(&args.into()), 3),
+        cli::Command::Top(args) => (top::run(&args.into()), 1),
         cli::Command::Agent(args) => (agent::run(&args.into()), 1),
         cli::Command::Completions(args) => (install_files::print_completions(args.shell), 1),
         cli::Command::Manpages(args) => (install_files::write_manpages(&args.dir), 1),

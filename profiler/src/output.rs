@@ -57,6 +57,23 @@ fn load(recording: &Path) -> anyhow::Result<Loaded> {
     Ok(loaded)
 }
 
+/// One segment's report as the JSON reader gives it back (`top`'s input): the same pipeline
+/// as `report`, no files drawn.
+pub fn segment_report(recording: &Path) -> anyhow::Result<profiler_core::report::json::ReportDoc> {
+    let loaded = load(recording)?;
+    let calibration = pipeline::calibrate(&[&loaded]);
+    let out = Outputs {
+        formats: vec![Format::Json],
+        dir: None,
+    };
+    let analyzed = attribute(loaded, &out, &calibration);
+    let report = analyzed.report();
+    let mut bytes = Vec::new();
+    json::write_json(&report, &mut bytes)?;
+    let name = recording.display().to_string();
+    Ok(profiler_core::report::json::read_report(&bytes, &name)?)
+}
+
 /// Attributes the GPU idle time of one recording, keeping what `out`'s formats need.
 fn attribute(loaded: Loaded, out: &Outputs, calibration: &Calibration) -> Analyzed {
     let (analyzed, ()) = pipeline::attribute(loaded, calibration, keep(out), |_| ());

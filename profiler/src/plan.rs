@@ -367,3 +367,34 @@ pub struct DoctorPlan {
     /// Where the kernel module says its version.
     pub driver_version_file: PathBuf,
 }
+
+/// `stallscope top`: what to watch, and where its recording is kept, if anywhere.
+#[derive(Debug, Clone)]
+pub struct TopPlan {
+    pub targets: Running,
+    /// Keep the one-second segments as `FILE.N.rec`; `None`: a private folder, removed.
+    pub keep: Option<PathBuf>,
+    pub duration: Option<Duration>,
+    pub nvml_lib: Option<PathBuf>,
+}
+
+impl TopPlan {
+    /// The recording `top` runs: `record`'s defaults, cut every second, into `recording`.
+    pub fn recording(&self, recording: PathBuf) -> RecordingPlan {
+        RecordingPlan {
+            targets: Targets::Running(self.targets.clone()),
+            duration: self.duration,
+            recording: Some(recording),
+            segment: Some(Duration::from_secs(1)),
+            signals: Signals {
+                nvml_lib: self.nvml_lib.clone(),
+                ..Signals::default()
+            },
+            rates: Rates::default(),
+            outputs: Outputs {
+                formats: vec![profiler_core::Format::Json],
+                dir: None,
+            },
+        }
+    }
+}

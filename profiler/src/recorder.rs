@@ -62,6 +62,27 @@ fn unix_ns() -> u64 {
 /// recording and write what is known at the start, run until the plan's end, and finish (the
 /// launched command's status, the report, the probes removed). Returns the exit status.
 pub fn run(plan: &RecordingPlan) -> anyhow::Result<i32> {
+    run_with(plan, Segments::Report)
+}
+
+/// What becomes of each finished `--segment` file.
+pub enum Segments {
+    /// Reported on stdout as it ends, in the plan's format (`record --segment`).
+    Report,
+    /// Handed over as it ends, the last one at the recording's end (`top`); nothing is
+    /// written on stdout. `attached` runs once the probes are attached and the capabilities
+    /// dropped (threads started before would keep theirs: the drop refuses to run beside
+    /// them). `stop` ends the recording as an interrupt would, even when notified before it
+    /// started.
+    Hand {
+        to: std::sync::mpsc::Sender<PathBuf>,
+        stop: std::sync::Arc<tokio::sync::Notify>,
+        attached: Box<dyn FnOnce() + Send>,
+    },
+}
+
+/// As [`run`], with the segments used as `segments` says.
+pub fn run_with(plan: &RecordingPlan, segments: Segments) -> anyhow::Result<i32> {
     if let Some(every) = plan.segment {
         anyhow::ensure!(
             every >= std::time::Duration::from_secs(1),
@@ -69,7 +90,18 @@ pub fn run(plan: &RecordingPlan) -> anyhow::Result<i32> {
         );
     }
     let attached = attach(plan)?;
-    let opened = open(plan, attached)?;
+    let segments = match segments {
+        Segments::Hand { to, stop, attached } => {
+            attached();
+            Segments::Hand {
+                to,
+                stop,
+                attached: Box::new(|| ()),
+            }
+        }
+        report => report,
+    };
+    let opened = open(plan, attached, segments)?;
     let ran = opened.run(plan)?;
     finish(plan, ran)
 }
@@ -304,7 +336,7 @@ struct Opened {
     reader: crate::capture::reader_priority::Raised,
 }
 
-fn open(plan: &RecordingPlan, a: Attached) -> anyhow::Result<Opened> {
+fn open(plan: &RecordingPlan, a: Attached, segments: Segments) -> anyhow::Result<Opened> {
     let path = plan
         .recording
         .clone()
@@ -375,16 +407,27 @@ fn open(plan: &RecordingPlan, a: Attached) -> anyhow::Result<Opened> {
     session.switches = Some(a.switches);
     session.python = a.python;
     session.dlopen = a.dlopen;
-    // Each finished segment is reported on a thread of its own while the recording goes on.
-    let segment_reports = plan.segment.map(|every| {
-        let (done, finished) = std::sync::mpsc::channel::<PathBuf>();
+    // Each finished segment is reported on a thread of its own while the recording goes on,
+    // or handed over.
+    let segment_reports = plan.segment.and_then(|every| {
+        let (done, finished) = match segments {
+            Segments::Hand { to, stop, .. } => {
+                session.stop = Some(stop);
+                (to, None)
+            }
+            Segments::Report => {
+                let (done, finished) = std::sync::mpsc::channel::<PathBuf>();
+                (done, Some(finished))
+            }
+        };
         session.segments = Some(session::SegmentClock {
             every,
             next_ns: a.start_ns + every.as_nanos() as u64,
             done,
         });
+        let finished = finished?;
         let out = plan.outputs.clone();
-        std::thread::spawn(move || {
+        Some(std::thread::spawn(move || {
             let mut failed = false;
             for (n, file) in (1..).zip(finished) {
                 if let Err(e) = output::render_segment(&file, &out, n) {
@@ -394,7 +437,7 @@ fn open(plan: &RecordingPlan, a: Attached) -> anyhow::Result<Opened> {
                 eprintln!("stallscope: segment {n} saved to {}", file.display());
             }
             failed
-        })
+        }))
     });
     eprintln!(
         "stallscope: tracing {} thread(s) of PID {}{}; writing {}",
@@ -483,19 +526,21 @@ fn finish(plan: &RecordingPlan, mut ran: Ran) -> anyhow::Result<i32> {
             eprintln!("stallscope: the command exited with status {code}");
         }
     }
+    let handed = plan.segment.is_some() && ran.segment_reports.is_none();
     let rendered = match ran.segment_reports {
         Some(reports) => match reports.join() {
             Ok(false) => Ok(()),
             Ok(true) => Err(anyhow::anyhow!("a segment could not be reported")),
             Err(_) => Err(anyhow::anyhow!("reporting the segments panicked")),
         },
+        None if handed => Ok(()),
         None => {
             let r = output::render(&ran.path, &plan.outputs);
             eprintln!("stallscope: recording saved to {}", ran.path.display());
             r
         }
     };
-    if rendered.is_ok() {
+    if rendered.is_ok() && !handed {
         end_stdout();
     }
     if let Some(h) = ran.unprobe {

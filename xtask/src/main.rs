@@ -209,6 +209,8 @@ fn test(sim_speed: f64, fuzz_minutes: f64, extra: &[String]) -> anyhow::Result<(
         ("promtool", "prometheus"),
         // The fleet test's hosts are network namespaces joined by veth pairs.
         ("ip", "iproute2"),
+        // `top`'s test runs it in a real terminal and reads the screen back.
+        ("tmux", "tmux"),
     ])?;
     // The real PyTorch job of the tests (tests/pyjob/train.py) runs in this virtualenv.
     let torch = setup::ensure_torch()?;

@@ -73,6 +73,8 @@ pub struct Session {
     pub segments: Option<SegmentClock>,
     /// Which hook sees the tracked threads' switches (none in unit tests).
     pub switches: Option<SwitchControl>,
+    /// Ends the recording as an interrupt does (`top`'s q).
+    pub stop: Option<std::sync::Arc<tokio::sync::Notify>>,
 }
 
 /// When `record --segment`'s segments end, and who is told of each finished file.
@@ -150,6 +152,7 @@ impl Session {
             unprobe: None,
             segments: None,
             switches: None,
+            stop: None,
         }
     }
 
@@ -338,6 +341,8 @@ impl Session {
         let deadline = tokio::time::sleep(duration.unwrap_or(Duration::from_secs(u64::MAX / 4)));
         tokio::pin!(deadline);
         let mut scans = 0u64;
+        let has_stop = self.stop.is_some();
+        let stop = self.stop.clone().unwrap_or_default();
         let reason = loop {
             tokio::select! {
                 guard = ring.readable_mut() => {
@@ -374,6 +379,7 @@ impl Session {
                     }
                 }
                 _ = sigint.recv() => break EndReason::Signal,
+                _ = stop.notified(), if has_stop => break EndReason::Signal,
                 _ = sigterm.recv() => break EndReason::Signal,
                 _ = &mut deadline, if duration.is_some() => break EndReason::Duration,
             }
