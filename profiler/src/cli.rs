@@ -42,6 +42,11 @@ pub enum Command {
     /// terminal, one line a second.
     #[command(after_help = TOP_KEYS)]
     Top(TopArgs),
+    /// Serve record, report, diff, check, doctor, steps, what-if and advice to a coding
+    /// assistant as a Model Context Protocol server on stdio; each runs as this command line
+    /// would, with the same privileges
+    #[command(after_help = MCP_SETUP)]
+    Mcp(McpArgs),
     /// Serve this host's GPU time by state and cause, and its GPUs' health, as OpenMetrics on
     /// /metrics, recording the GPU processes (or --pid) continuously.
     Agent(AgentArgs),
@@ -140,6 +145,22 @@ impl From<TopArgs> for TopPlan {
             nvml_lib: a.nvml_lib,
         }
     }
+}
+
+const MCP_SETUP: &str = "An assistant starts it itself, e.g. in its MCP settings: \
+                         {\"command\": \"sudo\", \"args\": [\"stallscope\", \"mcp\"]} \
+                         (root to record; report, diff and check need none).";
+
+#[derive(Debug, Clone, Args)]
+pub struct McpArgs {
+    /// Where `record` writes the recordings it is not given a path for (default: a folder
+    /// private to the user in the temporary directory).
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// NVML library for `record` and `doctor` (default: $STALLSCOPE_NVML_LIB, else
+    /// libnvidia-ml.so.1).
+    #[arg(long, value_name = "PATH")]
+    pub nvml_lib: Option<PathBuf>,
 }
 
 const DOCTOR_EXIT_CODES: &str = "Exit status: 0 every check passed (or could not run, which is \

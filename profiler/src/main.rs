@@ -6,6 +6,7 @@ mod doctor;
 mod files;
 mod gate;
 mod install_files;
+mod mcp;
 mod nvml_reader;
 mod output;
 mod owner;
@@ -32,6 +33,7 @@ fn main() {
         cli::Command::Check(args) => (gate::run_check(&args.into()), 2),
         cli::Command::Doctor(args) => (doctor::run(&args.into()), 3),
         cli::Command::Top(args) => (top::run(&args.into()), 1),
+        cli::Command::Mcp(args) => (mcp::run(args), 1),
         cli::Command::Agent(args) => (agent::run(&args.into()), 1),
         cli::Command::Completions(args) => (install_files::print_completions(args.shell), 1),
         cli::Command::Manpages(args) => (install_files::write_manpages(&args.dir), 1),

@@ -217,6 +217,8 @@ fn test(sim_speed: f64, fuzz_minutes: f64, extra: &[String]) -> anyhow::Result<(
     // The timeline tests decode traces with Perfetto's schema and open pages in Chromium;
     // the deploy tests validate deploy/ with tools from the same virtualenv.
     let (viewer_python, chromium) = setup::ensure_viewer()?;
+    // The MCP test's client: the protocol's official Python SDK.
+    let mcp_python = setup::ensure_mcp_client()?;
     // The deploy tests build deploy/Dockerfile with podman and run the agent in it.
     setup::ensure_container_base()?;
     // The install test installs dist/'s wheel into a virtualenv with no toolchain; the
@@ -246,6 +248,7 @@ fn test(sim_speed: f64, fuzz_minutes: f64, extra: &[String]) -> anyhow::Result<(
     .env("STALLSCOPE_BIN", release_bin("stallscope"))
     .env("STALLSCOPE_TORCH_PYTHON", &torch)
     .env("STALLSCOPE_VIEWER_PYTHON", &viewer_python)
+    .env("STALLSCOPE_MCP_PYTHON", &mcp_python)
     .env("STALLSCOPE_CHROMIUM", &chromium)
     .env("STALLSCOPE_DIST", dist::dir())
     .args(extra);

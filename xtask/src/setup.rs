@@ -289,6 +289,17 @@ fn ensure_pinned_venv(python: &Path, packages: &[&str]) -> anyhow::Result<()> {
     ensure_venv(python, &check, packages, &format!("{packages:?}"))
 }
 
+/// The official MCP Python SDK, which the `mcp` test drives the server with as the client.
+const MCP_PACKAGES: [&str; 1] = ["mcp==2.3.0"];
+
+/// Installs [`MCP_PACKAGES`] into a cached virtualenv unless they are there; returns its
+/// interpreter.
+pub fn ensure_mcp_client() -> anyhow::Result<PathBuf> {
+    let python = home().join(".cache/stallscope/mcp-venv/bin/python");
+    ensure_pinned_venv(&python, &MCP_PACKAGES)?;
+    Ok(python)
+}
+
 /// The interpreter of the virtualenv the timeline tests run their checks with.
 pub fn viewer_python() -> PathBuf {
     home().join(".cache/stallscope/viewer-venv/bin/python")

@@ -6,6 +6,7 @@
 //! The flame graphs are a format of several files (`flamegraph::render`), drawn per recording
 //! from its [`cause_stacks`] and its on- and off-CPU samples.
 pub mod cause_stacks;
+pub mod compact;
 pub mod flamegraph;
 pub mod format;
 pub mod html;
