@@ -130,13 +130,32 @@ fn an_assistant_records_reports_and_gates_and_a_bad_path_is_an_error_that_keeps_
         ["advice", {"path": missing}],
     ]);
     let env = json!({"STALLSCOPE_SIMGPU_STATE": sim.state.display().to_string()});
+    // The server's stdout, copied on its way to the client: the protocol's, nothing else.
+    let stdout_copy = dir.join("server-stdout.jsonl");
     let (tools, r) = session(
-        &bin().display().to_string(),
-        &["mcp".into(), "--nvml-lib".into(), nvml],
+        "sh",
+        &[
+            "-c".into(),
+            format!("\"$0\" \"$@\" | tee {}", stdout_copy.display()),
+            bin().display().to_string(),
+            "mcp".into(),
+            "--nvml-lib".into(),
+            nvml,
+        ],
         env,
         calls,
     );
     drop(job);
+    let copy = std::fs::read_to_string(&stdout_copy).unwrap();
+    assert!(
+        copy.lines().count() >= 14,
+        "the server said little:\n{copy}"
+    );
+    for line in copy.lines() {
+        let msg: Value = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("not JSON-RPC on the server's stdout ({e}): {line}"));
+        assert_eq!(msg["jsonrpc"], "2.0", "{line}");
+    }
     for t in TOOLS {
         assert!(tools.iter().any(|n| n == t), "no tool {t}: {tools:?}");
     }
@@ -230,8 +249,8 @@ fn a_user_who_could_not_record_from_the_command_line_is_refused_with_why() {
     assert_eq!(r[0]["is_error"], true, "nobody recorded: {}", r[0]["text"]);
     let why = r[0]["text"].as_str().unwrap();
     assert!(
-        why.contains("root") || why.contains("CAP_"),
-        "the refusal says what it takes: {why}"
+        why.contains("insufficient privileges: missing CAP_BPF") && why.contains("sudo "),
+        "the refusal says what it lacks and how to run it: {why}"
     );
     assert!(
         r[0].get("protocol_error").is_none(),

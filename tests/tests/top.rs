@@ -231,18 +231,21 @@ fn the_screen_names_the_cause_and_the_workers_function_and_q_leaves_nothing_atta
 }
 
 #[test]
-fn without_a_terminal_it_prints_one_line_a_second() {
+fn without_a_terminal_it_prints_one_line_a_second_and_says_where_it_kept_them() {
     require_root();
     let _serial = serial();
     let sim = Sim::new("top-pipe");
     let (job, pid) = dataloader_job(&sim, 30);
+    let dir = Scratch::new("top-pipe");
     let secs = 6;
     let f = Spawned::start(
         command()
             .env("STALLSCOPE_SIMGPU_STATE", &sim.state)
             .args(["top", "--pid", &pid.to_string(), "-d", &format!("{secs}s")])
             .arg("--nvml-lib")
-            .arg(sim.libs.join("libnvidia-ml.so.1")),
+            .arg(sim.libs.join("libnvidia-ml.so.1"))
+            .arg("-o")
+            .arg(dir.join("live.rec")),
     )
     .finish(RECORD_TIMEOUT + Duration::from_secs(secs));
     assert!(f.status.success(), "top through a pipe: {}", f.describe());
@@ -272,4 +275,35 @@ fn without_a_terminal_it_prints_one_line_a_second() {
         f.stdout
     );
     drop(job);
+    // -o: a file per second shown, each a recording `report` reads, and their names said.
+    let kept: Vec<_> = (1..=lines.len())
+        .map(|n| dir.join(&format!("live.{n}.rec")))
+        .collect();
+    for file in &kept {
+        assert!(file.is_file(), "{} was not kept", file.display());
+    }
+    let said = format!(
+        "recording saved to {} … {}",
+        kept[0].display(),
+        kept[kept.len() - 1].display()
+    );
+    assert!(
+        f.stderr.contains(&said),
+        "top does not say where it kept the seconds ({said}):\n{}",
+        f.stderr
+    );
+    let report = Command::new(bin())
+        .args(["report", "--format", "json", "--no-flamegraphs"])
+        .arg(&kept[1])
+        .output()
+        .unwrap();
+    assert!(
+        report.status.success(),
+        "report of a kept second: {report:?}"
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&report.stdout).unwrap();
+    assert!(
+        doc["duration_ns"].as_u64().unwrap() > 0,
+        "a kept second: {doc}"
+    );
 }

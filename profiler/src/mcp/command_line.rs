@@ -46,6 +46,9 @@ impl Stallscope {
     }
 }
 
+/// How long a command has, past its limit and a SIGINT, to end before it is killed.
+const KILL_AFTER: Duration = Duration::from_secs(60);
+
 fn run_blocking(exe: &std::path::Path, args: &[String], limit: Duration) -> anyhow::Result<Ran> {
     use std::{io::Read as _, process::Stdio};
     let mut child = Command::new(exe)
@@ -54,32 +57,39 @@ fn run_blocking(exe: &std::path::Path, args: &[String], limit: Duration) -> anyh
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()?;
-    let mut out = child.stdout.take().expect("piped");
-    let mut err = child.stderr.take().expect("piped");
-    let reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = err.read_to_string(&mut s);
-        s
-    });
-    let (done_to, done) = std::sync::mpsc::channel::<()>();
-    let pid = child.id();
-    // A record that outlives its duration by far is ended as Ctrl-C would end it, so that it
-    // still removes its probes.
-    let watchdog = std::thread::spawn(move || {
-        if done.recv_timeout(limit).is_err() {
-            // SAFETY: signalling our own child, which `wait` below has not reaped yet.
-            unsafe { libc::kill(pid as libc::pid_t, libc::SIGINT) };
+    let read = |mut pipe: Box<dyn std::io::Read + Send>| {
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = pipe.read_to_string(&mut s);
+            s
+        })
+    };
+    let stdout = read(Box::new(child.stdout.take().expect("piped")));
+    let stderr = read(Box::new(child.stderr.take().expect("piped")));
+    let started = std::time::Instant::now();
+    let mut interrupted = false;
+    // Polled, so that a signal only ever goes to the child while it is unreaped: its PID is
+    // still its own. Past the limit it is ended as Ctrl-C would end it (a recorder still
+    // removes its probes), and killed if that does not end it.
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
         }
-    });
-    let mut stdout = String::new();
-    let _ = out.read_to_string(&mut stdout);
-    let status = child.wait()?;
-    let _ = done_to.send(());
-    let _ = watchdog.join();
-    let stderr = reader.join().unwrap_or_default();
+        let ran = started.elapsed();
+        if ran > limit + KILL_AFTER {
+            let _ = child.kill();
+            break child.wait()?;
+        }
+        if ran > limit && !interrupted {
+            // SAFETY: a signal to our own child, not yet reaped (try_wait said so above).
+            unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
+            interrupted = true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
     Ok(Ran {
         code: status.code().unwrap_or(-1),
-        stdout,
-        stderr,
+        stdout: stdout.join().unwrap_or_default(),
+        stderr: stderr.join().unwrap_or_default(),
     })
 }

@@ -53,6 +53,8 @@ pub fn run(args: McpArgs) -> anyhow::Result<i32> {
 pub struct Server {
     stallscope: std::sync::Arc<Stallscope>,
     dir: Option<PathBuf>,
+    /// The folder made for recordings when no `--dir` was given, once one was needed.
+    made_dir: std::sync::Arc<std::sync::Mutex<Option<PathBuf>>>,
     nvml_lib: Option<PathBuf>,
     tool_router: ToolRouter<Self>,
 }
@@ -142,6 +144,7 @@ impl Server {
         Ok(Self {
             stallscope: std::sync::Arc::new(Stallscope::this()?),
             dir: args.dir,
+            made_dir: Default::default(),
             nvml_lib: args.nvml_lib,
             tool_router: Self::tool_router(),
         })
@@ -168,23 +171,24 @@ impl Server {
         read_report(ran.stdout.as_bytes(), path).map_err(|e| e.to_string())
     }
 
-    /// Where `record` writes when not told: a folder only the user can read.
+    /// Where `record` writes when not told: `--dir`, else a folder this server made, only the
+    /// user can read.
     fn recording_path(&self, pid: u32) -> Result<PathBuf, String> {
-        use std::os::unix::fs::DirBuilderExt as _;
-        // SAFETY: getuid has no preconditions and cannot fail.
-        let uid = unsafe { libc::getuid() };
         let dir = match &self.dir {
             Some(d) => d.clone(),
-            None => std::env::temp_dir().join(format!("stallscope-mcp-{uid}")),
+            None => {
+                let mut made = self.made_dir.lock().map_err(|e| e.to_string())?;
+                match &*made {
+                    Some(d) => d.clone(),
+                    None => {
+                        let d = crate::owner::create_private_dir("stallscope-mcp")
+                            .map_err(|e| format!("{e:#}"))?;
+                        *made = Some(d.clone());
+                        d
+                    }
+                }
+            }
         };
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&dir)
-            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-        if let Some((uid, gid)) = crate::sudo::invoking_user() {
-            let _ = std::os::unix::fs::chown(&dir, Some(uid), Some(gid));
-        }
         let ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_millis())

@@ -28,19 +28,14 @@ pub enum Update {
 /// Records on this thread (the capabilities are dropped here after attach); the display and
 /// the analysis of each second start on threads of their own once the probes are attached.
 pub fn run(plan: &TopPlan) -> anyhow::Result<i32> {
-    let (dir, recording) = match &plan.keep {
-        Some(file) => (None, file.clone()),
-        None => {
-            let dir = private_dir()?;
-            let file = dir.join("top.rec");
-            (Some(dir), file)
-        }
+    // Private to the user, made new: the held messages, and the seconds unless kept.
+    let dir = crate::owner::create_private_dir("stallscope-top")?;
+    let recording = match &plan.keep {
+        Some(file) => file.clone(),
+        None => dir.join("top.rec"),
     };
     let terminal = std::io::stdout().is_terminal();
-    let log_file = match &dir {
-        Some(d) => d.join("messages"),
-        None => std::env::temp_dir().join(format!("stallscope-top-{}.log", std::process::id())),
-    };
+    let log_file = dir.join("messages");
     let stop = Arc::new(tokio::sync::Notify::new());
     let (files_to, files) = mpsc::channel::<PathBuf>();
     let (updates_to, updates) = mpsc::channel::<Update>();
@@ -61,13 +56,13 @@ pub fn run(plan: &TopPlan) -> anyhow::Result<i32> {
             };
             let analysis = std::thread::spawn(move || analyse(files, &updates_to, keep));
             let display = std::thread::spawn(move || {
-                let shown = if terminal {
+                // The recording ends with the display, even one that panicked.
+                let _stop = StopOnDrop(stop);
+                if terminal {
                     screen::run(&updates, &title)
                 } else {
                     plain(&updates)
-                };
-                stop.notify_one();
-                shown
+                }
             });
             if let Ok(mut t) = threads.lock() {
                 *t = Some(Started {
@@ -98,9 +93,7 @@ pub fn run(plan: &TopPlan) -> anyhow::Result<i32> {
         // What the recorder said, now that the screen is gone.
         drop(s.log);
     }
-    if let Some(d) = dir {
-        let _ = std::fs::remove_dir_all(d);
-    }
+    let _ = std::fs::remove_dir_all(&dir);
     let status = recorded?;
     shown?;
     if let (Some(first), Some(last)) = (kept.first(), kept.last()) {
@@ -122,15 +115,27 @@ struct Started {
     log: Option<stderr_log::StderrLog>,
 }
 
-/// Each finished second through the pipeline, in order; the files kept, or removed.
+struct StopOnDrop(Arc<tokio::sync::Notify>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.notify_one();
+    }
+}
+
+/// Each finished second through the pipeline, in order, while the display is there to show
+/// it; the files kept, or removed.
 fn analyse(files: mpsc::Receiver<PathBuf>, to: &mpsc::Sender<Update>, keep: bool) -> Vec<PathBuf> {
     let mut kept = Vec::new();
+    let mut shown = true;
     for file in files {
-        let update = match output::segment_report(&file) {
-            Ok(doc) => Update::Second(Box::new(doc)),
-            Err(e) => Update::Failed(format!("{}: {e:#}", file.display())),
-        };
-        let _ = to.send(update);
+        if shown {
+            let update = match output::segment_report(&file) {
+                Ok(doc) => Update::Second(Box::new(doc)),
+                Err(e) => Update::Failed(format!("{}: {e:#}", file.display())),
+            };
+            shown = to.send(update).is_ok();
+        }
         if keep {
             kept.push(file);
         } else {
@@ -165,19 +170,4 @@ fn title(plan: &TopPlan) -> String {
         let pids: Vec<String> = plan.targets.pids.iter().map(u32::to_string).collect();
         format!("PID {}", pids.join(", "))
     }
-}
-
-/// A folder only the invoking user can read, for the seconds not kept.
-fn private_dir() -> anyhow::Result<PathBuf> {
-    use std::os::unix::fs::DirBuilderExt as _;
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    let dir = std::env::temp_dir().join(format!("stallscope-top-{}-{nanos:x}", std::process::id()));
-    std::fs::DirBuilder::new()
-        .mode(0o700)
-        .create(&dir)
-        .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", dir.display()))?;
-    Ok(dir)
 }

@@ -57,7 +57,13 @@ fn show(
         loop {
             match updates.try_recv() {
                 Ok(Update::Second(doc)) => match view.held.as_mut() {
-                    Some(held) => held.push(*doc),
+                    Some(held) => {
+                        // Live keeps no more than its minute: neither does a long freeze.
+                        if held.len() == profiler_core::live::HISTORY {
+                            held.remove(0);
+                        }
+                        held.push(*doc);
+                    }
                     None => live.push(*doc),
                 },
                 Ok(Update::Failed(e)) => view.note = Some(e),
