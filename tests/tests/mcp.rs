@@ -13,13 +13,11 @@ use std::{
     io::Write as _,
     path::PathBuf,
     process::{Command, Stdio},
-    time::Duration,
 };
 
 use common::{
     Scratch, require_root, serial,
-    simgpu::{Sim, release_dir},
-    spawned::Spawned,
+    simgpu::{Sim, dataloader_job},
     stallscope::bin,
 };
 use serde_json::{Value, json};
@@ -94,20 +92,7 @@ fn an_assistant_records_reports_and_gates_and_a_bad_path_is_an_error_that_keeps_
     require_root();
     let _serial = serial();
     let sim = Sim::new("mcp");
-    let job = Spawned::start(
-        Command::new(release_dir().join("stallgen"))
-            .env("LD_LIBRARY_PATH", &sim.libs)
-            .env("STALLSCOPE_SIMGPU_STATE", &sim.state)
-            .args(["--scenario", "dataloader-cpu", "--secs", "60"]),
-    );
-    let ready = job
-        .wait_stdout(Duration::from_secs(60), |l| l.starts_with("ready pid="))
-        .unwrap_or_else(|| panic!("stallgen never became ready: {}", job.stderr_so_far()));
-    let pid: u32 = ready["ready pid=".len()..]
-        .split_whitespace()
-        .next()
-        .and_then(|p| p.parse().ok())
-        .unwrap();
+    let (job, pid) = dataloader_job(&sim, 60);
     let dir = Scratch::new("mcp");
     let rec = dir.join("job.rec").display().to_string();
     let missing = dir.join("no-such.rec").display().to_string();

@@ -16,32 +16,13 @@ use std::{
 
 use common::{
     Scratch, find_tool, procfs, require_root, serial,
-    simgpu::{Sim, release_dir},
+    simgpu::{Sim, dataloader_job},
     spawned::Spawned,
     stallscope::{RECORD_TIMEOUT, bin, command},
 };
 
 /// The workers' own functions, as their stacks name them.
 const WORKER_FRAMES: [&str; 2] = ["run_worker", "burn_cpu_ms"];
-
-/// stallgen's dataloader-cpu job on the simulated GPU, ready; its PID.
-fn dataloader_job(sim: &Sim, secs: u32) -> (Spawned, u32) {
-    let job = Spawned::start(
-        Command::new(release_dir().join("stallgen"))
-            .env("LD_LIBRARY_PATH", &sim.libs)
-            .env("STALLSCOPE_SIMGPU_STATE", &sim.state)
-            .args(["--scenario", "dataloader-cpu", "--secs", &secs.to_string()]),
-    );
-    let ready = job
-        .wait_stdout(Duration::from_secs(60), |l| l.starts_with("ready pid="))
-        .unwrap_or_else(|| panic!("stallgen never became ready: {}", job.stderr_so_far()));
-    let pid = ready["ready pid=".len()..]
-        .split_whitespace()
-        .next()
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("bad ready line: {ready}"));
-    (job, pid)
-}
 
 struct Tmux {
     tmux: std::path::PathBuf,

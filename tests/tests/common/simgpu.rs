@@ -135,3 +135,24 @@ pub const MIN_INJECTED_IDLE: f64 = 0.2;
 /// NVML's idle share against stallgen's kernel time: the recording is 6 s of a 10 s run and
 /// the probes cost the feeder a little, so they agree within this.
 pub const IDLE_AGREEMENT: f64 = 0.12;
+
+/// stallgen's dataloader-cpu job on the simulated GPU for `secs`, ready; its PID.
+pub fn dataloader_job(sim: &Sim, secs: u32) -> (super::spawned::Spawned, u32) {
+    let job = super::spawned::Spawned::start(
+        std::process::Command::new(release_dir().join("stallgen"))
+            .env("LD_LIBRARY_PATH", &sim.libs)
+            .env("STALLSCOPE_SIMGPU_STATE", &sim.state)
+            .args(["--scenario", "dataloader-cpu", "--secs", &secs.to_string()]),
+    );
+    let ready = job
+        .wait_stdout(std::time::Duration::from_secs(60), |l| {
+            l.starts_with("ready pid=")
+        })
+        .unwrap_or_else(|| panic!("stallgen never became ready: {}", job.stderr_so_far()));
+    let pid = ready["ready pid=".len()..]
+        .split_whitespace()
+        .next()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("bad ready line: {ready}"));
+    (job, pid)
+}
