@@ -8,6 +8,11 @@
 //! arguments. Kernel launches get an entry-only counter instead: at tens of thousands of
 //! launches a second, a record (let alone a return probe) per launch would cost the job more
 //! than everything else stallscope does.
+//!
+//! The entry and return programs come twice: `cuda_enter`/`cuda_exit` for one perf-event
+//! uprobe per function (any kernel), `cuda_enter_multi`/`cuda_exit_multi` for one uprobe_multi
+//! link per library (Linux 6.6), which the kernel removes with one grace period rather than
+//! one per function. User space loads one pair.
 use aya_ebpf::{
     EbpfContext,
     helpers::{
@@ -47,6 +52,16 @@ fn attach_cookie<C: EbpfContext>(ctx: &C) -> u64 {
 
 #[uprobe]
 pub fn cuda_enter(ctx: ProbeContext) -> u32 {
+    enter(&ctx)
+}
+
+#[uprobe]
+pub fn cuda_enter_multi(ctx: ProbeContext) -> u32 {
+    enter(&ctx)
+}
+
+#[inline(always)]
+fn enter(ctx: &ProbeContext) -> u32 {
     let tid = bpf_get_current_pid_tgid() as u32;
     if stopped() || slot_of(tid) == 0 {
         return 0;
@@ -65,7 +80,7 @@ pub fn cuda_enter(ctx: ProbeContext) -> u32 {
     let now = unsafe { bpf_ktime_get_ns() };
     let caller = regs::return_address(regs);
     let mut args = regs::call_args(regs);
-    let cookie = attach_cookie(&ctx);
+    let cookie = attach_cookie(ctx);
     if cookie & cookie::ARG2_BY_REF != 0 {
         // SAFETY: a checked user read; the caller's copy lives until the call returns.
         args[6] = unsafe { bpf_probe_read_user(args[2] as *const u64) }.unwrap_or(0);
@@ -85,6 +100,16 @@ pub fn cuda_enter(ctx: ProbeContext) -> u32 {
 
 #[uretprobe]
 pub fn cuda_exit(ctx: RetProbeContext) -> u32 {
+    exit(&ctx)
+}
+
+#[uretprobe]
+pub fn cuda_exit_multi(ctx: RetProbeContext) -> u32 {
+    exit(&ctx)
+}
+
+#[inline(always)]
+fn exit(ctx: &RetProbeContext) -> u32 {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tid = pid_tgid as u32;
     if stopped() {

@@ -113,8 +113,11 @@ fn run_env(
     let report = parse_report(&f.stdout);
     let start = report["start_ns"].as_u64().unwrap_or(0);
     let device_idle = sim.device_idle(start, start + report["duration_ns"].as_u64().unwrap_or(0));
+    // A ranked job ends at the first step all ranks agree on after its time, and a step waits
+    // for the disk-bound straggler: with eight spinning ranks on two CPUs, a 16 s job ran
+    // 25-62 s here with nothing attached (2026-12-07).
     let job_stdout = job
-        .finish(Duration::from_secs(u64::from(job_secs) + 30))
+        .finish(Duration::from_secs(u64::from(job_secs) + 120))
         .stdout;
     let jsonl = |path: &std::path::Path| -> Vec<Value> {
         std::fs::read_to_string(path)
@@ -581,6 +584,18 @@ fn eight_ranks_wait_for_their_straggler() {
     ranked("nccl-straggler", &["--ranks", "8"], &[], |r| {
         straggler_found(r, "disk", "gpm")
     });
+}
+
+/// Kernels before 6.6 have no uprobe_multi links: there the CUDA and NCCL probes are one
+/// perf-event uprobe per function. That path, forced, still sees every rank's calls.
+#[test]
+fn the_straggler_is_found_with_one_uprobe_per_function() {
+    ranked(
+        "nccl-straggler",
+        &["--ranks", "4"],
+        &[("STALLSCOPE_UPROBE_MULTI", "0")],
+        |r| straggler_found(r, "disk", "gpm"),
+    );
 }
 
 /// The recorder on an overloaded host: eight ranks and two CPU hogs outside the job share

@@ -393,10 +393,18 @@ impl Session {
         if let Some(r) = self.probes.finish() {
             self.sink.write(&r)?;
         }
-        // The other programs first: removing uprobes holds the kernel's trace-event lock for
-        // a grace period each, which classic tracepoints' detach would queue behind.
+        // uprobe_multi links are removed first, alongside the other programs (concurrent
+        // removals share the kernel's grace periods, and the job's calls into the CUDA probes
+        // are readers each grace period waits out). Perf-event uprobes hold the kernel's
+        // trace-event lock for a grace period each, which classic tracepoints' detach would
+        // queue behind: those go after.
+        let cuda_first = if self.probes.multi() {
+            self.probes.release()
+        } else {
+            None
+        };
         crate::capture::kernel::loader::detach_all(&mut self.ebpf);
-        let cuda = self.probes.release();
+        let cuda = cuda_first.or_else(|| self.probes.release());
         let loaders = self.dlopen.release();
         self.unprobe = (cuda.is_some() || !loaders.is_empty()).then(|| {
             std::thread::spawn(move || {

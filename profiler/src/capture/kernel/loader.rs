@@ -1,6 +1,8 @@
 //! Loads and attaches the eBPF programs. Every program is loaded (verified) before anything
 //! is attached, so a verifier rejection leaves nothing half-attached; all links are file
 //! descriptors, so even SIGKILL leaves the kernel clean.
+use std::os::fd::AsFd as _;
+
 use aya::{
     Btf, Ebpf, EbpfLoader,
     programs::{
@@ -40,6 +42,9 @@ const FILEMAP: &str = "mm_filemap_add_to_page_cache";
 
 /// Tests set this to load a program the verifier rejects (see profiler-ebpf's canary.rs).
 const CANARY_ENV: &str = "STALLSCOPE_TEST_VERIFIER_CANARY";
+/// `0` keeps the CUDA probes on one perf-event uprobe per function, as on kernels before 6.6
+/// (the tests check that path still works where uprobe_multi exists).
+pub const UPROBE_MULTI_ENV: &str = "STALLSCOPE_UPROBE_MULTI";
 
 static BYTECODE: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/stallscope"));
 
@@ -124,16 +129,47 @@ pub fn load(
         prog.load().map_err(|e| rejection(SWITCH_OUT, e))?;
     }
     if wanted("cuda") {
-        for name in [
-            crate::capture::probes::cuda::ENTER,
-            crate::capture::probes::cuda::EXIT,
-            crate::capture::probes::cuda::LAUNCH,
-        ] {
+        use crate::capture::probes::cuda::{ENTER, ENTER_MULTI, EXIT, EXIT_MULTI, LAUNCH};
+        let classic: &[&str] = if load_multi(&mut ebpf, [ENTER_MULTI, EXIT_MULTI]) {
+            &[]
+        } else {
+            &[ENTER, EXIT]
+        };
+        for &name in classic.iter().chain(&[LAUNCH]) {
             let prog: &mut UProbe = program(&mut ebpf, name)?;
             prog.load().map_err(|e| rejection(name, e))?;
         }
     }
     Ok(ebpf)
+}
+
+/// Loads the CUDA entry and return programs for uprobe_multi links where the kernel makes
+/// them (removed with one grace period per library, see `probes::uprobe_multi`); false, with
+/// both unloaded, where it does not or `STALLSCOPE_UPROBE_MULTI=0` says not to.
+fn load_multi(ebpf: &mut Ebpf, names: [&str; 2]) -> bool {
+    if std::env::var_os(UPROBE_MULTI_ENV).is_some_and(|v| v == "0") {
+        return false;
+    }
+    let mut loaded = true;
+    for name in names {
+        if let Err(e) = program::<UProbe>(ebpf, name).and_then(|p| Ok(p.load_multi()?)) {
+            log::debug!("{name} not loaded for uprobe_multi: {e}");
+            loaded = false;
+        }
+    }
+    let supported = loaded
+        && program::<UProbe>(ebpf, names[0])
+            .ok()
+            .and_then(|p| p.fd().ok())
+            .is_some_and(|fd| crate::capture::probes::uprobe_multi::supported(fd.as_fd()));
+    if !supported {
+        for name in names {
+            if let Ok(p) = program::<UProbe>(ebpf, name) {
+                let _ = p.unload();
+            }
+        }
+    }
+    supported
 }
 
 fn program<'a, T>(ebpf: &'a mut Ebpf, name: &str) -> anyhow::Result<&'a mut T>
@@ -290,18 +326,25 @@ pub fn unhook_switches(ebpf: &mut Ebpf, link: PerfEventLinkId) -> anyhow::Result
     Ok(())
 }
 
-/// Detaches and unloads every program; the maps stay readable.
+/// Detaches and unloads every program; the maps stay readable. Each program on a thread of
+/// its own: detaching a program from a perf event (a classic tracepoint, a uprobe) waits for
+/// RCU grace periods, which concurrent detaches share, and which a busy host can stretch to
+/// seconds each (up to 55 s seen for one tracepoint, eight spinning ranks on two CPUs).
 pub fn detach_all(ebpf: &mut Ebpf) {
-    for (name, prog) in ebpf.programs_mut() {
-        let result = match prog {
-            aya::programs::Program::BtfTracePoint(p) => p.unload(),
-            aya::programs::Program::TracePoint(p) => p.unload(),
-            aya::programs::Program::PerfEvent(p) => p.unload(),
-            aya::programs::Program::UProbe(p) => p.unload(),
-            _ => Ok(()),
-        };
-        if let Err(e) = result {
-            log::debug!("unloading {name}: {e}");
+    std::thread::scope(|s| {
+        for (name, prog) in ebpf.programs_mut() {
+            s.spawn(move || {
+                let result = match prog {
+                    aya::programs::Program::BtfTracePoint(p) => p.unload(),
+                    aya::programs::Program::TracePoint(p) => p.unload(),
+                    aya::programs::Program::PerfEvent(p) => p.unload(),
+                    aya::programs::Program::UProbe(p) => p.unload(),
+                    _ => Ok(()),
+                };
+                if let Err(e) = result {
+                    log::debug!("unloading {name}: {e}");
+                }
+            });
         }
-    }
+    });
 }

@@ -27,10 +27,14 @@ use profiler_core::{
     record::{LaunchCount, Record},
 };
 
+use super::uprobe_multi::{self, Site};
 use crate::capture::clock::monotonic_ns;
 
 pub const ENTER: &str = "cuda_enter";
 pub const EXIT: &str = "cuda_exit";
+/// The same programs loaded for uprobe_multi links, one per library (see `uprobe_multi`).
+pub const ENTER_MULTI: &str = "cuda_enter_multi";
+pub const EXIT_MULTI: &str = "cuda_exit_multi";
 pub const LAUNCH: &str = "cuda_launch";
 
 /// When launch probes are on: `on` out of every `period`.
@@ -58,6 +62,16 @@ impl LaunchDuty {
     }
 }
 
+/// An attached entry or return probe: one function's perf-event uprobe, or a library's
+/// uprobe_multi link for many. Dropping it removes it.
+enum Link {
+    // Held only to be dropped.
+    #[allow(dead_code)]
+    One(UProbeLink),
+    #[allow(dead_code)]
+    Multi(OwnedFd),
+}
+
 pub struct CudaProbes {
     /// Files already probed (or found unprobeable), by (st_dev, st_ino).
     seen: HashSet<(u64, u64)>,
@@ -66,10 +80,10 @@ pub struct CudaProbes {
     /// handed to them when they start. `None` once they have.
     early_launches: Option<Vec<(PathBuf, u64, u64)>>,
     /// Owned, so that they can be dropped (detached) in parallel at the end.
-    links: Vec<UProbeLink>,
+    links: Vec<Link>,
     /// The event records' and cross-stream waits' links, kept apart to be removed when
     /// their rate gets high (see `event_guard`).
-    event_links: Vec<UProbeLink>,
+    event_links: Vec<Link>,
     event_rate: super::event_guard::EventRate,
     /// Set once they were removed: files found later get none.
     events_off: bool,
@@ -83,6 +97,8 @@ pub struct CudaProbes {
     counting: bool,
     /// Whether the uprobe programs loaded at all.
     pub available: bool,
+    /// Whether they were loaded for uprobe_multi links.
+    multi: bool,
 }
 
 impl CudaProbes {
@@ -105,6 +121,7 @@ impl CudaProbes {
             launches,
             counting: false,
             available,
+            multi: program(ebpf, ENTER_MULTI).is_ok_and(|p| p.fd().is_ok()),
         }
     }
 
@@ -203,6 +220,9 @@ impl CudaProbes {
                 };
             }
         };
+        // With uprobe_multi: the sites of the library's one link (and the event APIs' own),
+        // by API name, attached after the loop.
+        let mut sites: [Vec<(&str, Site)>; 2] = Default::default();
         for (i, api) in APIS.iter().enumerate() {
             if api.library != library {
                 continue;
@@ -240,6 +260,10 @@ impl CudaProbes {
                     if events && self.events_off {
                         continue;
                     }
+                    if self.multi {
+                        sites[usize::from(events)].push((api.name, Site { offset, cookie: c }));
+                        continue;
+                    }
                     let links = if events {
                         &mut self.event_links
                     } else {
@@ -247,15 +271,37 @@ impl CudaProbes {
                     };
                     attach(ebpf, ENTER, in_ns, offset, c)
                         .and_then(|l| {
-                            links.push(l);
+                            links.push(Link::One(l));
                             attach(ebpf, EXIT, in_ns, offset, c)
                         })
-                        .map(|l| links.push(l))
+                        .map(|l| links.push(Link::One(l)))
                 }
             };
             match result {
                 Ok(()) => attached.push(api.name.to_string()),
                 Err(e) => missing.push((api.name.to_string(), e.to_string())),
+            }
+        }
+        for (events, sites) in sites.into_iter().enumerate() {
+            if sites.is_empty() {
+                continue;
+            }
+            let only: Vec<Site> = sites.iter().map(|(_, s)| *s).collect();
+            match attach_multi(ebpf, in_ns, &only) {
+                Ok(pair) => {
+                    let links = if events == 1 {
+                        &mut self.event_links
+                    } else {
+                        &mut self.links
+                    };
+                    links.extend(pair.map(Link::Multi));
+                    attached.extend(sites.iter().map(|(name, _)| name.to_string()));
+                }
+                Err(e) => missing.extend(
+                    sites
+                        .iter()
+                        .map(|(name, _)| (name.to_string(), e.to_string())),
+                ),
             }
         }
         for (name, why) in &missing {
@@ -357,6 +403,11 @@ impl CudaProbes {
         })
     }
 
+    /// Whether the probes are uprobe_multi links, removed with a grace period per link.
+    pub fn multi(&self) -> bool {
+        self.multi
+    }
+
     /// Silences every probe at once; they are removed later by [`Self::release`].
     pub fn silence(&mut self, ebpf: &mut Ebpf) {
         if let Some(map) = ebpf.map_mut("CONTROL")
@@ -367,9 +418,10 @@ impl CudaProbes {
         }
     }
 
-    /// Removes the probes on a thread of its own. Each removal waits for a grace period
-    /// under a kernel-wide lock (about 80 ms each here, seconds for a few dozen), so this
-    /// runs while the report is written; join the handle before exiting.
+    /// Removes the probes on a thread of its own, each link on a thread of its own so that
+    /// their grace periods overlap where the kernel allows it (a perf-event uprobe waits for
+    /// its own under a kernel-wide lock: about 80 ms each here, seconds for a few dozen, a
+    /// minute on a busy host); join the handle before exiting.
     pub fn release(&mut self) -> Option<std::thread::JoinHandle<()>> {
         let mut links = std::mem::take(&mut self.links);
         links.append(&mut self.event_links);
@@ -418,6 +470,26 @@ fn program<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut UProbe, Program
     ebpf.program_mut(name)
         .ok_or(ProgramError::NotLoaded)?
         .try_into()
+}
+
+/// The entry and return links of a library's sites.
+fn attach_multi(
+    ebpf: &mut Ebpf,
+    path: &std::path::Path,
+    sites: &[Site],
+) -> Result<[OwnedFd; 2], ProgramError> {
+    let mut link = |prog: &str, ret: bool| -> Result<OwnedFd, ProgramError> {
+        let fd = program(ebpf, prog)?.fd()?;
+        uprobe_multi::attach(fd.as_fd(), path, sites, ret).map_err(|io_error| {
+            ProgramError::SyscallError(aya::sys::SyscallError {
+                call: "BPF_LINK_CREATE (uprobe_multi)",
+                io_error,
+            })
+        })
+    };
+    // The return probes first: an entry without its return would leave a call open.
+    let exit = link(EXIT_MULTI, true)?;
+    Ok([link(ENTER_MULTI, false)?, exit])
 }
 
 fn attach(

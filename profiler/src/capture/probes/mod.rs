@@ -6,3 +6,4 @@ pub mod dlopen;
 mod elf;
 pub mod event_guard;
 pub mod launch_duty;
+pub mod uprobe_multi;
