@@ -13,7 +13,7 @@ use profiler_common::{BlockIo, IoKey, IoStart, kind};
 
 use crate::{
     emit::{header, reserve, wakeup_flags},
-    maps::{INFLIGHT_IO, offset, slot_of},
+    maps::{INFLIGHT_IO, offset, slot_of, stopped},
 };
 
 #[inline(always)]
@@ -84,6 +84,9 @@ pub fn block_rq_issue(ctx: TracePointContext) -> u32 {
 
 #[tracepoint(category = "block", name = "block_rq_complete")]
 pub fn block_rq_complete(ctx: TracePointContext) -> u32 {
+    if stopped() {
+        return 0;
+    }
     let Some(sector) = read::<u64>(&ctx, offset!(rq_complete_sector)) else {
         return 0;
     };

@@ -26,16 +26,9 @@ use profiler_common::{CallEntry, CudaCall, cookie, kind};
 
 use crate::{
     emit::{header, reserve, send_py_stack, wakeup_flags},
-    maps::{CONTROL, CUDA_INFLIGHT, LAUNCHES, slot_of},
+    maps::{CONTROL, CUDA_INFLIGHT, LAUNCHES, slot_of, stopped},
     regs,
 };
-
-#[inline(always)]
-fn stopped() -> bool {
-    CONTROL
-        .get(profiler_common::control::STOPPED)
-        .is_some_and(|v| *v != 0)
-}
 
 #[inline(always)]
 fn launches_counted() -> bool {

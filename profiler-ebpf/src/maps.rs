@@ -169,6 +169,16 @@ pub static LAUNCHES: LruHashMap<u64, u64> = LruHashMap::with_max_entries(16384, 
 pub static CONTROL: aya_ebpf::maps::Array<u32> =
     aya_ebpf::maps::Array::with_max_entries(profiler_common::control::ENTRIES, 0);
 
+/// Whether the recording is ending (see [`CONTROL`]): a program that may still be attached
+/// after the last read of the ring (uprobes, classic tracepoints: their removal is left to a
+/// helper process) sends nothing from then on.
+#[inline(always)]
+pub fn stopped() -> bool {
+    CONTROL
+        .get(profiler_common::control::STOPPED)
+        .is_some_and(|v| *v != 0)
+}
+
 /// Traced CPython processes, by PID: where their interpreter keeps a thread's frames.
 #[map]
 pub static PY_PROCS: HashMap<u32, PyProcess> = HashMap::with_max_entries(4096, 0);

@@ -56,6 +56,10 @@ pub enum Command {
     /// Write the man pages (stallscope.1 and one per command) into a folder; the release
     /// tarball ships them.
     Manpages(ManpagesArgs),
+    /// Close the BPF links inherited as these descriptors (a recording hands over the ones
+    /// whose removal waits for the kernel's grace periods).
+    #[command(name = "__unprobe", hide = true)]
+    Unprobe { fds: Vec<i32> },
 }
 
 #[derive(Debug, Clone, Args)]

@@ -37,6 +37,7 @@ fn main() {
         cli::Command::Agent(args) => (agent::run(&args.into()), 1),
         cli::Command::Completions(args) => (install_files::print_completions(args.shell), 1),
         cli::Command::Manpages(args) => (install_files::write_manpages(&args.dir), 1),
+        cli::Command::Unprobe { fds } => (capture::handover::run_helper(&fds), 1),
     };
     match result {
         Ok(code) => std::process::exit(code),

@@ -465,8 +465,10 @@ fn open(plan: &RecordingPlan, a: Attached, segments: Segments) -> anyhow::Result
 /// A recording run to its end.
 struct Ran {
     outcome: anyhow::Result<EndReason>,
-    /// Removing the CUDA probes, which the kernel does one grace period at a time.
+    /// Closing the probes' links (quick where the helper holds them too).
     unprobe: Option<std::thread::JoinHandle<()>>,
+    /// The helper process that removes the links whose removal waits for grace periods.
+    handed: Option<crate::capture::handover::Handed>,
     launched: Option<spawn::Launched>,
     path: PathBuf,
     segment_reports: Option<std::thread::JoinHandle<bool>>,
@@ -486,10 +488,12 @@ impl Opened {
         // The report is made at the normal priority.
         drop(self.reader);
         let unprobe = self.session.unprobe.take();
+        let handed = self.session.handed.take();
         drop(self.session);
         Ok(Ran {
             outcome,
             unprobe,
+            handed,
             launched: self.launched,
             path: self.path,
             segment_reports: self.segment_reports,
@@ -544,10 +548,22 @@ fn finish(plan: &RecordingPlan, mut ran: Ran) -> anyhow::Result<i32> {
         end_stdout();
     }
     if let Some(h) = ran.unprobe {
-        if !h.is_finished() {
+        if !h.is_finished() && ran.handed.is_none() {
             eprintln!("stallscope: removing the CUDA probes (the kernel takes a moment per probe)");
         }
         let _ = h.join();
+    }
+    if let Some(mut handed) = ran.handed {
+        if matches!(handed.helper.try_wait(), Ok(None)) {
+            eprintln!(
+                "stallscope: {} probe link(s) are left to PID {} to remove (the kernel waits \
+                 for grace periods to remove them; their programs send nothing)",
+                handed.links,
+                handed.helper.id()
+            );
+        }
+        // Reaped in the background where this process goes on (top, the agent).
+        std::thread::spawn(move || handed.helper.wait());
     }
     rendered?;
     Ok(status)

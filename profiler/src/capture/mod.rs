@@ -3,6 +3,7 @@
 pub mod clock;
 pub mod decode;
 pub mod gpu;
+pub mod handover;
 pub mod kernel;
 pub mod probes;
 pub mod proc;

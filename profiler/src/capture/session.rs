@@ -69,6 +69,8 @@ pub struct Session {
     pub python: bool,
     /// Removing the CUDA probes, in the background; joined before exit.
     pub unprobe: Option<std::thread::JoinHandle<()>>,
+    /// The helper that removes the links whose removal waits for grace periods.
+    pub handed: Option<super::handover::Handed>,
     /// `record --segment`: where each finished segment's file goes, and when the next ends.
     pub segments: Option<SegmentClock>,
     /// Which hook sees the tracked threads' switches (none in unit tests).
@@ -150,6 +152,7 @@ impl Session {
             maps_watch: HashMap::new(),
             dlopen: DlopenWatch::default(),
             unprobe: None,
+            handed: None,
             segments: None,
             switches: None,
             stop: None,
@@ -393,6 +396,10 @@ impl Session {
         if let Some(r) = self.probes.finish() {
             self.sink.write(&r)?;
         }
+        // The programs that can still be attached past the last read are silent from here
+        // on: their links are left to a helper process, and closing them here is then quick.
+        let slow = super::handover::slow_programs(&self.ebpf);
+        self.handed = super::handover::hand_over(&slow);
         // uprobe_multi links are removed first, alongside the other programs (concurrent
         // removals share the kernel's grace periods, and the job's calls into the CUDA probes
         // are readers each grace period waits out). Perf-event uprobes hold the kernel's
