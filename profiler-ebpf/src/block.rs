@@ -53,7 +53,7 @@ fn direction(rwbs: u64) -> u32 {
 pub fn block_submit(ctx: TracePointContext) -> u32 {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tid = pid_tgid as u32;
-    if slot_of(tid) == 0 {
+    if slot_of(tid) == 0 || stopped() {
         return 0;
     }
     let Some(sector) = read::<u64>(&ctx, offset!(submit_sector)) else {

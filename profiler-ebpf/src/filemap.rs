@@ -7,7 +7,7 @@ use aya_ebpf::{
 };
 use profiler_common::{FileKey, FileMisses};
 
-use crate::maps::{PAGE_CACHE_FILES, config, offset, thread_stats};
+use crate::maps::{PAGE_CACHE_FILES, config, offset, stopped, thread_stats};
 
 /// `filemap_order` is set to this when the running kernel's record has no `order` field.
 const NO_FIELD: u32 = u32::MAX;
@@ -18,6 +18,9 @@ pub fn mm_filemap_add_to_page_cache(ctx: TracePointContext) -> u32 {
     let Some(st) = thread_stats(tid) else {
         return 0;
     };
+    if stopped() {
+        return 0;
+    }
     let order = if offset!(filemap_order) == NO_FIELD {
         0
     } else {

@@ -548,7 +548,7 @@ fn finish(plan: &RecordingPlan, mut ran: Ran) -> anyhow::Result<i32> {
         end_stdout();
     }
     if let Some(h) = ran.unprobe {
-        if !h.is_finished() && ran.handed.is_none() {
+        if !h.is_finished() {
             eprintln!("stallscope: removing the CUDA probes (the kernel takes a moment per probe)");
         }
         let _ = h.join();

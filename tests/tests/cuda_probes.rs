@@ -248,3 +248,117 @@ fn event_probes_called_too_often_are_removed_and_the_report_says_so() {
         }
     }
 }
+
+/// (ID, name) of a program, (program ID, type) of a link.
+type Objects = Vec<(u64, String)>;
+
+/// Every loaded eBPF program and every link, from bpftool.
+fn kernel_objects(bpftool: &std::path::Path) -> (Objects, Objects) {
+    let list = |what: &str| -> Vec<Value> {
+        let out = Command::new(bpftool)
+            .args(["-j", what, "list"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "bpftool {what} list failed: {out:?}");
+        serde_json::from_slice::<Value>(&out.stdout)
+            .unwrap()
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    };
+    let progs = list("prog")
+        .iter()
+        .map(|p| {
+            let name = p["name"].as_str().unwrap_or("").to_owned();
+            (p["id"].as_u64().unwrap_or(0), name)
+        })
+        .collect();
+    // bpftool before 7.4 names a uprobe_multi link by its number, 12.
+    let links = list("link")
+        .iter()
+        .map(|l| {
+            let ty = match &l["type"] {
+                Value::String(s) => s.clone(),
+                Value::Number(n) if n.as_u64() == Some(12) => "uprobe_multi".to_owned(),
+                other => other.to_string(),
+            };
+            (l["prog_id"].as_u64().unwrap_or(0), ty)
+        })
+        .collect();
+    (progs, links)
+}
+
+/// On this kernel (6.6 and later) the CUDA probes are one uprobe_multi link per library and
+/// side; the recorder exits with its report while a helper removes them, and soon nothing of
+/// the recording is left in the kernel.
+#[test]
+fn the_probes_are_one_uprobe_multi_link_per_library_and_are_gone_after_the_recording() {
+    require_root();
+    let _serial = serial();
+    let bpftool = common::find_tool("bpftool")
+        .expect("bpftool is installed by `cargo xtask setup`: apt-get install bpftool");
+    let dir = Scratch::new("cuda-multi");
+    let libs = sim_libs(&dir);
+    let (job, pid) = start(
+        Command::new(stallwork())
+            .env("LD_LIBRARY_PATH", &libs)
+            .env("STALLSCOPE_SIMGPU_STATE", dir.join("state"))
+            .args(["cuda-late", "--lib", "libcuda.so.1", "--delay-ms", "0"])
+            .args(["--secs", "10"]),
+    );
+    let rec = start_record(&[pid], "4s", &dir.join("x.rec"), &["--no-gpu"]);
+    common::stallscope::wait_tracing(&rec);
+    // The library is probed within a scan of its load.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let cuda_links = loop {
+        let (progs, links) = kernel_objects(&bpftool);
+        let cuda: std::collections::BTreeSet<u64> = progs
+            .iter()
+            .filter(|(_, n)| n.starts_with("cuda_enter") || n.starts_with("cuda_exit"))
+            .map(|(id, _)| *id)
+            .collect();
+        let held: Vec<String> = links
+            .into_iter()
+            .filter(|(p, _)| cuda.contains(p))
+            .map(|(_, t)| t)
+            .collect();
+        if held.len() >= 2 || std::time::Instant::now() >= deadline {
+            break held;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(
+        cuda_links.len() >= 2 && cuda_links.iter().all(|t| t == "uprobe_multi"),
+        "the CUDA probes' links: {cuda_links:?}, want an entry and a return uprobe_multi link"
+    );
+    // The simulated driver is one library: one link per side, however many functions.
+    assert!(cuda_links.len() <= 4, "{cuda_links:?}");
+    let f = rec.finish(RECORD_TIMEOUT);
+    assert_success(&f, "record");
+    let report = parse_report(&f.stdout);
+    assert!(
+        calls(&report, pid, "cuCtxSynchronize") > 0,
+        "{}",
+        report["cuda"]
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let (progs, links) = kernel_objects(&bpftool);
+        let left: Vec<&String> = progs
+            .iter()
+            .filter(|(_, n)| n.starts_with("cuda_") || n == "sched_switch")
+            .map(|(_, n)| n)
+            .collect();
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "30 s after the recording, still loaded: {left:?} ({} links); stderr:\n{}",
+            links.len(),
+            f.stderr
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    drop(job);
+}

@@ -51,11 +51,10 @@ pub fn hand_over(programs: &HashSet<u32>) -> Option<Handed> {
     if fds.is_empty() {
         return None;
     }
-    let exe = std::env::current_exe().ok()?;
-    for &fd in &fds {
-        set_cloexec(fd, false);
-    }
-    let spawned = Command::new(exe)
+    let inherited = fds.clone();
+    // The running binary, even where its file was replaced or removed since.
+    let mut helper = Command::new("/proc/self/exe");
+    helper
         .arg(SUBCOMMAND)
         .args(fds.iter().map(i32::to_string))
         .stdin(Stdio::null())
@@ -63,12 +62,22 @@ pub fn hand_over(programs: &HashSet<u32>) -> Option<Handed> {
         .stderr(Stdio::null())
         // Out of the terminal's process group: a Ctrl-C meant for the next command leaves
         // it to finish.
-        .process_group(0)
-        .spawn();
-    for &fd in &fds {
-        set_cloexec(fd, true);
+        .process_group(0);
+    // SAFETY: only fcntl, which is async-signal-safe, runs between fork and exec; the
+    // descriptors are the child's copies, so this process's own stay close-on-exec and
+    // nothing else it starts meanwhile inherits them.
+    unsafe {
+        helper.pre_exec(move || {
+            for &fd in &inherited {
+                let flags = libc::fcntl(fd, libc::F_GETFD);
+                if flags < 0 || libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
     }
-    match spawned {
+    match helper.spawn() {
         Ok(helper) => Some(Handed {
             helper,
             links: fds.len(),
@@ -118,34 +127,20 @@ fn link_program(fd: RawFd) -> Option<u32> {
     // struct bpf_link_info's head: type, id, prog_id.
     let mut info = [0u32; 4];
     // union bpf_attr for BPF_OBJ_GET_INFO_BY_FD: bpf_fd, info_len, info (a pointer).
-    let attr: [u64; 2] = [
+    let mut attr: [u64; 2] = [
         fd as u32 as u64 | ((std::mem::size_of_val(&info) as u64) << 32),
         info.as_mut_ptr() as u64,
     ];
-    // SAFETY: a bpf_attr of the size given, whose buffer outlives the call and is as long as
-    // it says.
+    // SAFETY: a writable bpf_attr of the size given, whose buffer outlives the call and is
+    // as long as it says.
     let r = unsafe {
         libc::syscall(
             libc::SYS_bpf,
             BPF_OBJ_GET_INFO_BY_FD,
-            attr.as_ptr(),
+            // The kernel writes the length it filled back into the attributes.
+            attr.as_mut_ptr(),
             std::mem::size_of_val(&attr) as u32,
         )
     };
     (r == 0 && info[2] != 0).then_some(info[2])
-}
-
-fn set_cloexec(fd: RawFd, on: bool) {
-    // SAFETY: F_GETFD/F_SETFD on a descriptor this process holds touch only its flag.
-    unsafe {
-        let flags = libc::fcntl(fd, libc::F_GETFD);
-        if flags >= 0 {
-            let flags = if on {
-                flags | libc::FD_CLOEXEC
-            } else {
-                flags & !libc::FD_CLOEXEC
-            };
-            libc::fcntl(fd, libc::F_SETFD, flags);
-        }
-    }
 }

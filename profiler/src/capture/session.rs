@@ -425,8 +425,18 @@ impl Session {
                 }
             })
         });
-        std::thread::sleep(Duration::from_millis(20));
-        self.drain(ring.get_mut())?;
+        // A program that passed its stop check just before it was set, or a BTF
+        // tracepoint's run that began before its (asynchronous) detach, may still be
+        // writing, preempted on a busy host: read until every record the kernel counted has
+        // arrived, two seconds at most, past which the rest is counted lost.
+        let deadline = std::time::Instant::now() + Duration::from_secs(2);
+        loop {
+            std::thread::sleep(Duration::from_millis(5));
+            self.drain(ring.get_mut())?;
+            if self.all_arrived()? || std::time::Instant::now() >= deadline {
+                break;
+            }
+        }
         self.finish(reason)?;
         if let (Some(s), Some(last)) = (&self.segments, self.sink.segment()) {
             let _ = s.done.send(last);
@@ -547,6 +557,25 @@ impl Session {
             self.sink.write(&record)?;
         }
         Ok(())
+    }
+
+    /// Whether every record the kernel counted as sent has been read.
+    fn all_arrived(&self) -> anyhow::Result<bool> {
+        let counts = event_counts(&self.ebpf)?;
+        for k in 1..kind::COUNT {
+            if kind::NAMES[k as usize].ends_with(kind::THINNED_SUFFIX) {
+                // Counted, never sent.
+                continue;
+            }
+            let sent = counts
+                .get(&k, 0)?
+                .iter()
+                .fold(0u64, |n, c| n + c.attempted.saturating_sub(c.dropped));
+            if sent > self.decoder.received[k as usize] {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 
     fn losses(&mut self) -> anyhow::Result<()> {

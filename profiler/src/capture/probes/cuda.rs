@@ -72,6 +72,25 @@ enum Link {
     Multi(OwnedFd),
 }
 
+/// A probe and whether it is a return probe.
+struct Held {
+    link: Link,
+    ret: bool,
+}
+
+/// Removes `links`, each on a thread of its own, the entry probes before the return probes:
+/// a call whose entry is still probed after its return probe is gone would stay open.
+fn remove(links: Vec<Held>) {
+    let (entries, returns): (Vec<Held>, Vec<Held>) = links.into_iter().partition(|h| !h.ret);
+    for side in [entries, returns] {
+        std::thread::scope(|s| {
+            for held in side {
+                s.spawn(move || drop(held.link));
+            }
+        });
+    }
+}
+
 pub struct CudaProbes {
     /// Files already probed (or found unprobeable), by (st_dev, st_ino).
     seen: HashSet<(u64, u64)>,
@@ -80,10 +99,10 @@ pub struct CudaProbes {
     /// handed to them when they start. `None` once they have.
     early_launches: Option<Vec<(PathBuf, u64, u64)>>,
     /// Owned, so that they can be dropped (detached) in parallel at the end.
-    links: Vec<Link>,
+    links: Vec<Held>,
     /// The event records' and cross-stream waits' links, kept apart to be removed when
     /// their rate gets high (see `event_guard`).
-    event_links: Vec<Link>,
+    event_links: Vec<Held>,
     event_rate: super::event_guard::EventRate,
     /// Set once they were removed: files found later get none.
     events_off: bool,
@@ -271,10 +290,18 @@ impl CudaProbes {
                     };
                     attach(ebpf, ENTER, in_ns, offset, c)
                         .and_then(|l| {
-                            links.push(Link::One(l));
+                            links.push(Held {
+                                link: Link::One(l),
+                                ret: false,
+                            });
                             attach(ebpf, EXIT, in_ns, offset, c)
                         })
-                        .map(|l| links.push(Link::One(l)))
+                        .map(|l| {
+                            links.push(Held {
+                                link: Link::One(l),
+                                ret: true,
+                            })
+                        })
                 }
             };
             match result {
@@ -286,22 +313,30 @@ impl CudaProbes {
             if sites.is_empty() {
                 continue;
             }
-            let only: Vec<Site> = sites.iter().map(|(_, s)| *s).collect();
-            match attach_multi(ebpf, in_ns, &only) {
+            let links = if events == 1 {
+                &mut self.event_links
+            } else {
+                &mut self.links
+            };
+            let all: Vec<Site> = sites.iter().map(|(_, s)| *s).collect();
+            // One link for all; where the kernel refuses one of the sites, a link per
+            // function, so that only that function goes unprobed.
+            let singles: Vec<(&str, Site)> = match attach_multi(ebpf, in_ns, &all) {
                 Ok(pair) => {
-                    let links = if events == 1 {
-                        &mut self.event_links
-                    } else {
-                        &mut self.links
-                    };
-                    links.extend(pair.map(Link::Multi));
+                    links.extend(multi_held(pair));
                     attached.extend(sites.iter().map(|(name, _)| name.to_string()));
+                    Vec::new()
                 }
-                Err(e) => missing.extend(
-                    sites
-                        .iter()
-                        .map(|(name, _)| (name.to_string(), e.to_string())),
-                ),
+                Err(_) => sites,
+            };
+            for (name, site) in singles {
+                match attach_multi(ebpf, in_ns, &[site]) {
+                    Ok(pair) => {
+                        links.extend(multi_held(pair));
+                        attached.push(name.to_string());
+                    }
+                    Err(e) => missing.push((name.to_string(), e.to_string())),
+                }
             }
         }
         for (name, why) in &missing {
@@ -383,13 +418,7 @@ impl CudaProbes {
         let links = std::mem::take(&mut self.event_links);
         let _ = std::thread::Builder::new()
             .name("stallscope-unprobe".into())
-            .spawn(move || {
-                std::thread::scope(|s| {
-                    for link in links {
-                        s.spawn(move || drop(link));
-                    }
-                });
-            });
+            .spawn(move || remove(links));
         let reason = format!(
             "PID {pid} recorded or waited for CUDA events {rate:.0} times a second (over {:.0}): \
              their probes were removed to spare the job; from here on a sync is assumed to \
@@ -434,9 +463,7 @@ impl CudaProbes {
             .spawn(move || {
                 std::thread::scope(|s| {
                     s.spawn(move || drop(duty_cycle));
-                    for link in links {
-                        s.spawn(move || drop(link));
-                    }
+                    s.spawn(move || remove(links));
                 });
             })
             .ok()
@@ -470,6 +497,19 @@ fn program<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut UProbe, Program
     ebpf.program_mut(name)
         .ok_or(ProgramError::NotLoaded)?
         .try_into()
+}
+
+fn multi_held([enter, exit]: [OwnedFd; 2]) -> [Held; 2] {
+    [
+        Held {
+            link: Link::Multi(enter),
+            ret: false,
+        },
+        Held {
+            link: Link::Multi(exit),
+            ret: true,
+        },
+    ]
 }
 
 /// The entry and return links of a library's sites.
