@@ -548,12 +548,23 @@ fn finish(plan: &RecordingPlan, mut ran: Ran) -> anyhow::Result<i32> {
         end_stdout();
     }
     if let Some(h) = ran.unprobe {
+        // Closing links the helper holds too is quick: say something only if this waits.
+        let quiet_until = std::time::Instant::now() + std::time::Duration::from_millis(300);
+        while !h.is_finished() && std::time::Instant::now() < quiet_until {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
         if !h.is_finished() {
-            eprintln!("stallscope: removing the CUDA probes (the kernel takes a moment per probe)");
+            eprintln!("stallscope: removing the probes (the kernel takes a moment per probe)");
         }
         let _ = h.join();
     }
     if let Some(mut handed) = ran.handed {
+        let quiet_until = std::time::Instant::now() + std::time::Duration::from_millis(300);
+        while matches!(handed.helper.try_wait(), Ok(None))
+            && std::time::Instant::now() < quiet_until
+        {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
         if matches!(handed.helper.try_wait(), Ok(None)) {
             eprintln!(
                 "stallscope: {} probe link(s) are left to PID {} to remove (the kernel waits \
