@@ -451,7 +451,7 @@ impl Session {
         let now = self.last_tick_ns;
         self.open_calls()?;
         self.page_cache_files()?;
-        self.losses()?;
+        self.losses(true)?;
         self.sink.write(&Record::End {
             ts_ns: now,
             reason: EndReason::Duration,
@@ -499,7 +499,7 @@ impl Session {
         }
         self.write_all(out)?;
         self.page_cache_files()?;
-        self.losses()?;
+        self.losses(false)?;
         self.sink.write(&Record::End { ts_ns: now, reason })?;
         self.sink.flush()?;
         Ok(())
@@ -578,18 +578,29 @@ impl Session {
         Ok(true)
     }
 
-    fn losses(&mut self) -> anyhow::Result<()> {
+    /// The kernel's counts of each kind's records against those read, as totals since the
+    /// start (the segment files rebase them). At a segment's cut (`at_cut`) the programs are
+    /// still sending: a record counted but not yet read is in flight, not lost, and is left
+    /// to the next segment, which reads it; at the end the last read has waited for them.
+    fn losses(&mut self, at_cut: bool) -> anyhow::Result<()> {
         let counts = event_counts(&self.ebpf)?;
         for k in 1..kind::COUNT {
             let per_cpu = counts.get(&k, 0)?;
             let (attempted, dropped) = per_cpu
                 .iter()
                 .fold((0, 0), |(a, d), c| (a + c.attempted, d + c.dropped));
+            let name = kind::NAMES[k as usize];
+            let received = self.decoder.received[k as usize];
+            let attempted = if at_cut && !name.ends_with(kind::THINNED_SUFFIX) {
+                attempted.min(dropped + received)
+            } else {
+                attempted
+            };
             let loss = EventLoss {
-                kind: kind::NAMES[k as usize].to_string(),
+                kind: name.to_string(),
                 attempted,
                 dropped,
-                received: self.decoder.received[k as usize],
+                received,
             };
             self.sink.write(&Record::Loss(loss))?;
         }
