@@ -18,10 +18,10 @@ use std::{
 
 use aya::{Ebpf, programs::Program};
 
+use super::kernel::bpf_call::{self, bpf};
+
 /// The hidden subcommand that closes the descriptors it inherits.
 pub const SUBCOMMAND: &str = "__unprobe";
-
-const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
 
 /// The programs whose links wait for grace periods when removed: classic tracepoints and
 /// uprobes (perf-event and uprobe_multi links), by kernel program ID.
@@ -131,16 +131,7 @@ fn link_program(fd: RawFd) -> Option<u32> {
         fd as u32 as u64 | ((std::mem::size_of_val(&info) as u64) << 32),
         info.as_mut_ptr() as u64,
     ];
-    // SAFETY: a writable bpf_attr of the size given, whose buffer outlives the call and is
-    // as long as it says.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            BPF_OBJ_GET_INFO_BY_FD,
-            // The kernel writes the length it filled back into the attributes.
-            attr.as_mut_ptr(),
-            std::mem::size_of_val(&attr) as u32,
-        )
-    };
-    (r == 0 && info[2] != 0).then_some(info[2])
+    // SAFETY: a bpf_attr whose buffer outlives the call and is as long as it says.
+    let r = unsafe { bpf(bpf_call::OBJ_GET_INFO_BY_FD, &mut attr) };
+    (r.is_ok() && info[2] != 0).then_some(info[2])
 }

@@ -18,11 +18,12 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::capture::clock::monotonic_ns;
+use crate::capture::{
+    clock::monotonic_ns,
+    kernel::bpf_call::{self, bpf},
+};
 
 const PERF_EVENT_IOC_ENABLE: libc::c_ulong = 0x2400;
-const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
-const BPF_LINK_CREATE: libc::c_long = 28;
 const BPF_PERF_EVENT: u32 = 41;
 const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 8;
 /// `perf_event_attr` up to `config3` (PERF_ATTR_SIZE_VER8).
@@ -76,19 +77,9 @@ fn open_probe(
     link_attr[2] = BPF_PERF_EVENT;
     link_attr[4] = cookie as u32;
     link_attr[5] = (cookie >> 32) as u32;
-    // SAFETY: a bpf_attr of the size given; the kernel copies it in.
-    let link = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            BPF_LINK_CREATE,
-            link_attr.as_ptr(),
-            std::mem::size_of_val(&link_attr) as u32,
-        )
-    };
-    if link < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: as above.
+    // SAFETY: a bpf_attr holding descriptors only; the kernel copies it in.
+    let link = unsafe { bpf(bpf_call::LINK_CREATE, &mut link_attr) }?;
+    // SAFETY: a fresh descriptor this function owns.
     let link = unsafe { OwnedFd::from_raw_fd(link as i32) };
     // SAFETY: an ioctl on a perf event fd with no argument.
     if unsafe { libc::ioctl(perf.as_raw_fd(), PERF_EVENT_IOC_ENABLE, 0) } < 0 {
@@ -102,25 +93,14 @@ fn set_counting(control: &OwnedFd, on: bool) -> std::io::Result<()> {
     let key = profiler_common::control::LAUNCHES_COUNTED;
     let value = u32::from(on);
     // union bpf_attr for BPF_MAP_UPDATE_ELEM: map_fd (then padding), key, value, flags.
-    let attr: [u64; 4] = [
+    let mut attr: [u64; 4] = [
         control.as_raw_fd() as u64,
         &raw const key as u64,
         &raw const value as u64,
         0,
     ];
-    // SAFETY: a bpf_attr of the size given, whose key and value outlive the call.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            BPF_MAP_UPDATE_ELEM,
-            attr.as_ptr(),
-            std::mem::size_of_val(&attr) as u32,
-        )
-    };
-    if r < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
+    // SAFETY: a bpf_attr whose key and value outlive the call.
+    unsafe { bpf(bpf_call::MAP_UPDATE_ELEM, &mut attr) }.map(drop)
 }
 
 enum Cmd {

@@ -14,7 +14,8 @@ use std::{
     path::Path,
 };
 
-const BPF_LINK_CREATE: libc::c_long = 28;
+use crate::capture::kernel::bpf_call::{self, bpf};
+
 const BPF_TRACE_UPROBE_MULTI: u64 = 48;
 const BPF_F_UPROBE_MULTI_RETURN: u64 = 1;
 
@@ -71,19 +72,8 @@ fn link_create(
         } else {
             0
         };
-    // SAFETY: a bpf_attr of the size given, whose pointers outlive the call; the kernel
-    // copies the arrays in.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            BPF_LINK_CREATE,
-            attr.as_ptr(),
-            std::mem::size_of_val(&attr) as u32,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    // SAFETY: a bpf_attr whose pointers outlive the call; the kernel copies the arrays in.
+    let fd = unsafe { bpf(bpf_call::LINK_CREATE, &mut attr) }?;
     // SAFETY: a fresh descriptor the kernel just returned.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
