@@ -22,7 +22,7 @@ use profiler_common::{
 
 use crate::maps::{
     COUNTS, CUDA_INFLIGHT, EVENTS, EVENTS_BYTES, PY_PROCS, PY_STACK_COPY, PY_THREADS, STACK_COPY,
-    config,
+    STACK_ENDS, config,
 };
 
 #[inline(always)]
@@ -167,13 +167,26 @@ pub fn send_user_stack(header: Header) {
         len: 0,
         _pad: 0,
     };
-    // The stack's top end is unknown here, and a read that runs past it fails whole. It
-    // ends at a page boundary: if the whole copy fails, each page end within reach is tried,
-    // farthest first (the main thread's stack ends at its mapping; a thread's has its TLS
-    // above it, so the whole copy usually succeeds).
-    // SAFETY (both reads): at most `STACK_COPY_BYTES` into `bytes`, from a user address the
+    // Where user space found the thread's first frames, the copy stops there: a thread's
+    // live stack is often a few hundred bytes of the 16 KiB, and the copy (twice: into the
+    // scratch record, then into the ring) was most of a sample's cost.
+    // SAFETY: map values stay valid for the program's run.
+    let end = unsafe { STACK_ENDS.get(&header.tid) }.copied().unwrap_or(0);
+    let needed = end.wrapping_sub(sp);
+    // Otherwise the stack's top end is unknown here, and a read that runs past it fails
+    // whole. It ends at a page boundary: if the whole copy fails, each page end within reach
+    // is tried, farthest first (the main thread's stack ends at its mapping; a thread's has
+    // its TLS above it, so the whole copy usually succeeds).
+    // SAFETY (all reads): at most `STACK_COPY_BYTES` into `bytes`, from a user address the
     // helper checks.
-    if unsafe {
+    if end > sp
+        && needed <= STACK_COPY_BYTES as u64
+        && unsafe {
+            bpf_probe_read_user(rec.bytes.as_mut_ptr().cast(), needed as u32, sp as *const _)
+        } == 0
+    {
+        rec.head.len = needed as u32;
+    } else if unsafe {
         bpf_probe_read_user(
             rec.bytes.as_mut_ptr().cast(),
             STACK_COPY_BYTES as u32,
@@ -197,10 +210,11 @@ pub fn send_user_stack(header: Header) {
             }
         }
     }
-    let size = core::mem::size_of::<UserStackHead>() + rec.head.len as usize;
-    if size > core::mem::size_of::<UserStack>() {
+    let len = rec.head.len as usize;
+    if len > STACK_COPY_BYTES {
         return;
     }
+    let size = core::mem::size_of::<UserStackHead>() + len;
     // SAFETY: `size` bytes of the scratch record, checked above to lie within it.
     let bytes =
         unsafe { core::slice::from_raw_parts((rec as *const UserStack).cast::<u8>(), size) };

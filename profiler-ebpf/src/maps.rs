@@ -128,6 +128,14 @@ pub static SWITCHES_OUT: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 #[map]
 pub static STACK_COPY: PerCpuArray<UserStack> = PerCpuArray::with_max_entries(1, 0);
 
+/// Per thread (by TID): one byte past the highest stack address its user-space unwinding
+/// needed, as user space learned it from a complete walk of an earlier copy (see
+/// `send_user_stack`). LRU: user space removes a thread's entry when it exits, and a TID
+/// reused meanwhile costs one short copy, whose walk runs off its end and has the entry
+/// removed.
+#[map]
+pub static STACK_ENDS: LruHashMap<u32, u64> = LruHashMap::with_max_entries(16384, 0);
+
 /// Per CPU: the Python stack being read, sent with only the frames it holds.
 #[map]
 pub static PY_STACK_COPY: PerCpuArray<PyStack> = PerCpuArray::with_max_entries(1, 0);

@@ -4,15 +4,15 @@
 use std::collections::HashMap;
 
 use profiler_common::{
-    BlockIo, CpuSample, CudaCall, Header, OffCpuSample, PyFrame, PyStack, ThreadExit, ThreadNew,
-    UserStackHead, Woken, kind, state,
+    BlockIo, CpuSample, CudaCall, Header, OffCpuSample, PyFrame, PyStack, STACK_COPY_BYTES,
+    ThreadExit, ThreadNew, UserStackHead, Woken, kind, state,
 };
 use profiler_core::recording::record::{self, Record, ThreadCounters, UnwindStats};
 
 use super::{
     proc::target,
     python::{Python, merge},
-    stacks::{Method, Namer, Quality, RawStack, StackCopy, Stacks, Unwinding},
+    stacks::{Method, Namer, Quality, RawStack, Reach, StackCopy, Stacks, Unwinding},
 };
 
 /// A thread's latest user stack copy, waiting for the sample sent right after it.
@@ -20,6 +20,38 @@ use super::{
 struct PendingCopy {
     head: UserStackHead,
     bytes: Vec<u8>,
+}
+
+/// Per thread: where the kernel's copies of its stack stop (see [`Reach`]), and the changes
+/// the kernel has yet to be told of.
+#[derive(Default)]
+pub struct StackEnds {
+    known: HashMap<u32, u64>,
+    /// An end, or none (whole copies again).
+    pub changed: Vec<(u32, Option<u64>)>,
+}
+
+impl StackEnds {
+    /// What a walk of a `copied`-byte copy of `tid`'s stack says of where its later copies
+    /// may stop: further than known (a complete walk), or not there at all (a walk of a copy
+    /// cut short ran off its end: a TID reused, a stack switched).
+    fn learn(&mut self, tid: u32, copied: usize, reach: Reach) {
+        let known = self.known.get(&tid).copied();
+        if let Some(end) = reach.end {
+            if known.is_none_or(|k| end > k) {
+                self.known.insert(tid, end);
+                self.changed.push((tid, Some(end)));
+            }
+        } else if reach.ran_off && known.is_some() && copied < STACK_COPY_BYTES {
+            self.forget(tid);
+        }
+    }
+
+    fn forget(&mut self, tid: u32) {
+        if self.known.remove(&tid).is_some() {
+            self.changed.push((tid, None));
+        }
+    }
 }
 
 /// A thread's latest Python frames, waiting for the sample or call sent right after them.
@@ -97,6 +129,7 @@ pub struct Decoder {
     pending: HashMap<u32, PendingOffCpu>,
     blocked_in: super::proc::blocked_in::BlockedIn,
     copies: HashMap<u32, PendingCopy>,
+    pub stack_ends: StackEnds,
     python_frames: HashMap<u32, PendingPython>,
     /// The CPython processes traced, and the code objects of their frames.
     pub python: Python,
@@ -145,8 +178,15 @@ impl Decoder {
         if self.copying && copy.is_none() {
             self.unwind.without_copy += 1;
         }
-        let raw = RawStack::of(pid, stack, copy);
+        let copied = copy.map(|c| c.bytes.len());
+        let raw = RawStack {
+            find_end: !self.stack_ends.known.contains_key(&h.tid),
+            ..RawStack::of(pid, stack, copy)
+        };
         let unwound = self.unwinding.0.unwind(&raw, &mut self.namer);
+        if let Some(copied) = copied {
+            self.stack_ends.learn(h.tid, copied, unwound.reach);
+        }
         let u = &mut self.unwind;
         if let Some(ns) = unwound.walk_ns {
             u.dwarf_walks += 1;
@@ -313,6 +353,7 @@ impl Decoder {
                 });
                 self.copies.remove(&h.tid);
                 self.python_frames.remove(&h.tid);
+                self.stack_ends.forget(h.tid);
                 self.exited.push(h.tid);
             }),
             kind::THREAD_NEW | kind::EXEC => read::<ThreadNew>(bytes).map(|new| {
@@ -325,6 +366,7 @@ impl Decoder {
                     self.namer.forget(h.pid);
                     self.unwinding.0.forget(h.pid);
                     self.raw.retain(|k, _| k[0] != u64::from(h.pid));
+                    self.stack_ends.forget(h.tid);
                 }
                 let comm = target::comm(h.tid).unwrap_or_default();
                 out.push(Record::Thread {
@@ -494,5 +536,53 @@ impl Decoder {
             warnings: self.unwinding.0.warnings().to_vec(),
             ..self.unwind.clone()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn end(at: u64) -> Reach {
+        Reach {
+            end: Some(at),
+            ran_off: false,
+        }
+    }
+
+    const RAN_OFF: Reach = Reach {
+        end: None,
+        ran_off: true,
+    };
+
+    #[test]
+    fn a_threads_copies_stop_at_the_farthest_end_its_walks_reached() {
+        let mut ends = StackEnds::default();
+        ends.learn(7, STACK_COPY_BYTES, end(0x9000));
+        // A walk that read less says nothing new; one that read more moves the end.
+        ends.learn(7, 600, end(0x8ff0));
+        ends.learn(7, 600, end(0x9010));
+        assert_eq!(ends.known[&7], 0x9010);
+        assert_eq!(
+            std::mem::take(&mut ends.changed),
+            [(7, Some(0x9000)), (7, Some(0x9010))]
+        );
+    }
+
+    #[test]
+    fn a_short_copy_that_ran_off_its_end_brings_whole_copies_back() {
+        let mut ends = StackEnds::default();
+        ends.learn(7, STACK_COPY_BYTES, end(0x9000));
+        // A whole copy that was not enough (a stack deeper than the copy) is no sign the end
+        // is wrong.
+        ends.learn(7, STACK_COPY_BYTES, RAN_OFF);
+        assert!(ends.known.contains_key(&7));
+        ends.learn(7, 512, RAN_OFF);
+        assert!(!ends.known.contains_key(&7));
+        assert_eq!(ends.changed, [(7, Some(0x9000)), (7, None)]);
+        // Forgetting a thread whose end is unknown tells the kernel nothing.
+        ends.forget(7);
+        ends.forget(8);
+        assert_eq!(ends.changed.len(), 2);
     }
 }

@@ -196,6 +196,7 @@ impl Session {
         while let Some(item) = ring.next() {
             self.decoder.decode(&item, &mut out);
         }
+        self.tell_stack_ends();
         let born = std::mem::take(&mut self.decoder.born);
         let exited = std::mem::take(&mut self.decoder.exited);
         if let Some(switches) = self.switches.as_mut() {
@@ -207,6 +208,29 @@ impl Session {
             }
         }
         self.write_all(out)
+    }
+
+    /// Hands the kernel where each thread's stack copies may stop, as the decoder learned it
+    /// (see `STACK_ENDS` in the eBPF maps). A refused update leaves that thread's copies
+    /// whole, as before it was learned.
+    fn tell_stack_ends(&mut self) {
+        let changed = std::mem::take(&mut self.decoder.stack_ends.changed);
+        if changed.is_empty() {
+            return;
+        }
+        let Some(Ok(mut map)) = self
+            .ebpf
+            .map_mut("STACK_ENDS")
+            .map(BpfHashMap::<_, u32, u64>::try_from)
+        else {
+            return;
+        };
+        for (tid, end) in changed {
+            let _ = match end {
+                Some(end) => map.insert(tid, end, 0),
+                None => map.remove(&tid),
+            };
+        }
     }
 
     /// One read of the process's maps serves the file names, the CUDA probes, the driver

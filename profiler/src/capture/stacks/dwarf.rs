@@ -44,6 +44,20 @@ pub enum Quality {
     Failed,
 }
 
+/// One unwind of a stack copy.
+#[derive(Clone, Debug)]
+pub struct Walk {
+    /// Return addresses, leaf first (the leaf is the sampled PC).
+    pub frames: Vec<u64>,
+    pub quality: Quality,
+    /// For a complete walk: one byte past the highest stack address it read. The thread's
+    /// first frames stay where they are for its life, so a later copy of this thread's stack
+    /// that reaches here holds everything a walk needs, however deep the sample.
+    pub end: Option<u64>,
+    /// The walk wanted a word past the end of the copy.
+    pub ran_off: bool,
+}
+
 /// What differs between the architectures the recorder runs on: framehop's unwinder, and
 /// where a return address is before the callee's prologue stores it.
 #[cfg(target_arch = "x86_64")]
@@ -365,18 +379,23 @@ impl Dwarf {
         })
     }
 
-    /// Unwinds `copy` of a thread of `pid`: return addresses, leaf first (the leaf is the
-    /// sampled PC, the rest return addresses).
-    pub fn unwind(&mut self, pid: u32, copy: &StackCopy<'_>) -> (Vec<u64>, Quality) {
+    /// Unwinds `copy` of a thread of `pid`.
+    pub fn unwind(&mut self, pid: u32, copy: &StackCopy<'_>) -> Walk {
+        let failed = |frames, quality| Walk {
+            frames,
+            quality,
+            end: None,
+            ran_off: false,
+        };
         if copy.ip == 0 {
-            return (Vec::new(), Quality::Failed);
+            return failed(Vec::new(), Quality::Failed);
         }
         if !self.processes.contains_key(&pid) && !self.reread(pid) {
-            return (vec![copy.ip], Quality::Truncated);
+            return failed(vec![copy.ip], Quality::Truncated);
         }
-        let (frames, quality) = self.walk(pid, copy);
-        if quality == Quality::Complete {
-            return (frames, quality);
+        let walk = self.walk(pid, copy);
+        if walk.quality == Quality::Complete {
+            return walk;
         }
         // The first frame in no known object is a real return address (the ones past it are
         // frame-pointer guesses): into a library loaded since the maps were read, or the
@@ -384,25 +403,26 @@ impl Dwarf {
         // looked up at once, at most every `REREAD_SOON`; a garbage return address (the
         // frame-pointer guesses past a real end) would otherwise read the maps every time.
         let process = &self.processes[&pid];
-        let Some(page) = frames
+        let Some(page) = walk
+            .frames
             .iter()
             .find(|&&a| !process.covers(a))
             .filter(|&&a| !process.never_code(a))
             .map(|a| a >> 12)
         else {
-            return (frames, quality);
+            return walk;
         };
         let since = process.read_at.elapsed();
         let new_page = !process.unmapped_pages.contains(&page);
         if new_page && since >= REREAD_SOON && self.reread(pid) {
-            let (frames, quality) = self.walk(pid, copy);
+            let walk = self.walk(pid, copy);
             let process = self.processes.get_mut(&pid).expect("just read");
             if !process.covers(page << 12) {
                 process.unmapped_pages.insert(page);
             }
-            return (frames, quality);
+            return walk;
         }
-        (frames, quality)
+        walk
     }
 
     /// Reads `pid`'s mappings (again); false when they cannot be read.
@@ -419,9 +439,14 @@ impl Dwarf {
         }
     }
 
-    fn walk(&mut self, pid: u32, copy: &StackCopy<'_>) -> (Vec<u64>, Quality) {
+    fn walk(&mut self, pid: u32, copy: &StackCopy<'_>) -> Walk {
         let Some(process) = self.processes.get_mut(&pid) else {
-            return (Vec::new(), Quality::Failed);
+            return Walk {
+                frames: Vec::new(),
+                quality: Quality::Failed,
+                end: None,
+                ran_off: false,
+            };
         };
         let (sp, bytes) = (copy.sp, copy.bytes);
         let trampoline = process.trampoline.clone().unwrap_or(0..0);
@@ -436,9 +461,14 @@ impl Dwarf {
                 _ => Err(()),
             }
         };
+        let (mut highest, mut ran_off) = (0u64, false);
         let mut read_stack = |addr: u64| -> Result<u64, ()> {
             let off = addr.checked_sub(sp).ok_or(())? as usize;
-            let word = bytes.get(off..off.checked_add(8).ok_or(())?).ok_or(())?;
+            let Some(word) = bytes.get(off..off.checked_add(8).ok_or(())?) else {
+                ran_off = true;
+                return Err(());
+            };
+            highest = highest.max(addr.saturating_add(8));
             unswap(
                 u64::from_le_bytes(word.try_into().map_err(|_| ())?),
                 Some(addr),
@@ -464,7 +494,12 @@ impl Dwarf {
                 Err(_) => break Quality::Truncated,
             }
         };
-        (out, quality)
+        Walk {
+            frames: out,
+            quality,
+            end: (quality == Quality::Complete && highest > sp).then_some(highest),
+            ran_off,
+        }
     }
 
     /// `pid` mapped new code: the pages it was looked for in before are looked in again.
@@ -561,8 +596,8 @@ mod tests {
         let mut buf = vec![0u8; 64 * 1024];
         let regs = deep_caller_marker(depth, &mut buf);
         let mut dwarf = Dwarf::default();
-        let (addrs, quality) = dwarf.unwind(std::process::id(), &copy_of(regs, &buf));
-        (addrs, quality, dwarf)
+        let walk = dwarf.unwind(std::process::id(), &copy_of(regs, &buf));
+        (walk.frames, walk.quality, dwarf)
     }
 
     #[test]
@@ -604,6 +639,34 @@ mod tests {
         assert!(dwarf.warnings.is_empty(), "{:?}", dwarf.warnings);
     }
 
+    /// What lets the kernel copy less: the end a complete walk reports holds for a copy
+    /// taken deeper in the same thread, and a copy cut there walks as the whole one does.
+    #[test]
+    fn a_copy_cut_at_a_walks_end_walks_the_same() {
+        let mut dwarf = Dwarf::default();
+        let mut shallow_buf = vec![0u8; 64 * 1024];
+        let shallow = deep_caller_marker(2, &mut shallow_buf);
+        let first = dwarf.unwind(std::process::id(), &copy_of(shallow, &shallow_buf));
+        assert_eq!(first.quality, Quality::Complete, "{:x?}", first.frames);
+        let end = first.end.expect("a complete walk has an end");
+        let (ip, sp, ..) = shallow;
+        assert!(
+            end > sp && end - sp < shallow_buf.len() as u64,
+            "{end:x} {sp:x}"
+        );
+        assert!(!first.ran_off);
+
+        let mut buf = vec![0u8; 64 * 1024];
+        let deep = deep_caller_marker(12, &mut buf);
+        let full = dwarf.unwind(std::process::id(), &copy_of(deep, &buf));
+        let cut = (end - deep.1) as usize;
+        assert!(cut < buf.len(), "the deeper sample's copy reaches the end");
+        let short = dwarf.unwind(std::process::id(), &copy_of(deep, &buf[..cut]));
+        assert_eq!(short.quality, Quality::Complete, "{:x?}", short.frames);
+        assert_eq!(short.frames, full.frames);
+        assert_eq!(short.end, Some(end), "{ip:x}");
+    }
+
     #[test]
     fn a_short_copy_truncates_and_no_registers_fail() {
         let mut buf = vec![0u8; 64 * 1024];
@@ -614,8 +677,10 @@ mod tests {
             bytes: &buf[..256],
             ..full
         };
-        let (all, _) = dwarf.unwind(std::process::id(), &full);
-        let (some, quality) = dwarf.unwind(std::process::id(), &short);
+        let all = dwarf.unwind(std::process::id(), &full).frames;
+        let walk = dwarf.unwind(std::process::id(), &short);
+        let (some, quality) = (walk.frames, walk.quality);
+        assert!(walk.ran_off && walk.end.is_none());
         assert_eq!(quality, Quality::Truncated);
         assert!(
             !some.is_empty() && some.len() < all.len(),
@@ -623,7 +688,10 @@ mod tests {
         );
         assert_eq!(some[..], all[..some.len()]);
         let none = StackCopy { ip: 0, ..full };
-        assert_eq!(dwarf.unwind(std::process::id(), &none).1, Quality::Failed);
+        assert_eq!(
+            dwarf.unwind(std::process::id(), &none).quality,
+            Quality::Failed
+        );
     }
 
     #[test]
@@ -639,8 +707,8 @@ mod tests {
         };
         let mut dwarf = Dwarf::default();
         let gone = u32::MAX - 7;
-        assert_eq!(dwarf.unwind(gone, &copy).1, Quality::Truncated);
-        assert_eq!(dwarf.unwind(gone, &copy).1, Quality::Truncated);
+        assert_eq!(dwarf.unwind(gone, &copy).quality, Quality::Truncated);
+        assert_eq!(dwarf.unwind(gone, &copy).quality, Quality::Truncated);
         assert_eq!(dwarf.warnings.len(), 1, "{:?}", dwarf.warnings);
         assert!(dwarf.warnings[0].contains(&gone.to_string()));
     }

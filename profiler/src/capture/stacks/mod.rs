@@ -11,7 +11,7 @@ mod symbolize;
 
 use std::borrow::Cow;
 
-pub use dwarf::{Dwarf, Quality, StackCopy};
+pub use dwarf::{Dwarf, Quality, StackCopy, Walk};
 pub use symbolize::{Namer, Stacks, frames};
 
 /// One stack sample as the kernel captured it: addresses, leaf first.
@@ -22,6 +22,9 @@ pub struct RawStack<'a> {
     pub kernel: &'a [u64],
     /// The user registers and stack bytes, when the kernel sent them.
     pub copy: Option<StackCopy<'a>>,
+    /// Walk the copy for where this thread's stack ends (see [`Reach`]) even when frame
+    /// pointers need no copy.
+    pub find_end: bool,
 }
 
 impl<'a> RawStack<'a> {
@@ -31,6 +34,7 @@ impl<'a> RawStack<'a> {
             user: frames(&stack.user, stack.user_len),
             kernel: frames(&stack.kernel, stack.kernel_len),
             copy,
+            find_end: false,
         }
     }
 }
@@ -51,6 +55,26 @@ pub struct Unwound<'a> {
     pub method: Method,
     /// Time spent walking the stack copy, if it was walked.
     pub walk_ns: Option<u64>,
+    pub reach: Reach,
+}
+
+/// What a walk of the stack copy learned of how much of it the next samples of the thread
+/// need (see [`Walk::end`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Reach {
+    /// One byte past the highest address a complete walk read.
+    pub end: Option<u64>,
+    /// The walk wanted a word past the end of the copy.
+    pub ran_off: bool,
+}
+
+impl From<&Walk> for Reach {
+    fn from(w: &Walk) -> Self {
+        Reach {
+            end: w.end,
+            ran_off: w.ran_off,
+        }
+    }
 }
 
 /// Turns a stack sample into user addresses.
@@ -111,6 +135,7 @@ impl Unwinder for FramePointers {
             quality: frame_pointer_quality(stack.pid, stack.user, namer),
             method: Method::FramePointers,
             walk_ns: None,
+            reach: Reach::default(),
         }
     }
 }
@@ -125,21 +150,32 @@ pub struct Cfi {
 impl Unwinder for Cfi {
     fn unwind<'a>(&mut self, stack: &RawStack<'a>, namer: &mut Namer) -> Unwound<'a> {
         let fp = FramePointers.unwind(stack, namer);
-        let Some(copy) = stack.copy.filter(|_| fp.quality != Quality::Complete) else {
+        let Some(copy) = stack
+            .copy
+            .filter(|_| fp.quality != Quality::Complete || stack.find_end)
+        else {
             return fp;
         };
         let started = std::time::Instant::now();
-        let (user, quality) = self.dwarf.unwind(stack.pid, &copy);
+        let walk = self.dwarf.unwind(stack.pid, &copy);
         let walk_ns = Some(started.elapsed().as_nanos() as u64);
-        if quality == Quality::Complete || user.len() > fp.user.len() {
+        let reach = Reach::from(&walk);
+        if fp.quality != Quality::Complete
+            && (walk.quality == Quality::Complete || walk.frames.len() > fp.user.len())
+        {
             Unwound {
-                user: Cow::Owned(user),
-                quality,
+                user: Cow::Owned(walk.frames),
+                quality: walk.quality,
                 method: Method::Dwarf,
                 walk_ns,
+                reach,
             }
         } else {
-            Unwound { walk_ns, ..fp }
+            Unwound {
+                walk_ns,
+                reach,
+                ..fp
+            }
         }
     }
 
@@ -186,6 +222,7 @@ mod tests {
             user: &user,
             kernel: &[],
             copy: None,
+            find_end: false,
         };
         let mut unwinder: Box<dyn Unwinder> = Box::new(FramePointers);
         let unwound = unwinder.unwind(&stack, &mut namer);
@@ -212,6 +249,7 @@ mod tests {
                 quality: Quality::Complete,
                 method: Method::Dwarf,
                 walk_ns: None,
+                reach: Reach::default(),
             }
         }
     }
@@ -225,6 +263,7 @@ mod tests {
             user: &[1, 2, 3],
             kernel: &[],
             copy: None,
+            find_end: false,
         };
         assert_eq!(unwinder.unwind(&stack, &mut namer).user[..], [3, 2, 1]);
         assert!(unwinder.warnings().is_empty());
