@@ -131,7 +131,7 @@ const PAGE: u64 = 4096;
 /// are the user ones the kernel saved on entry (`task_pt_regs`), not the context's.
 #[inline(always)]
 pub fn send_user_stack(header: Header) {
-    if config().copy_user_stack == 0 {
+    if config!(copy_user_stack) == 0 {
         return;
     }
     if pressure() >= Pressure::NoCopies {
@@ -286,7 +286,7 @@ unsafe extern "C" fn py_step(index: u64, ctx: *mut c_void) -> i64 {
 /// Every frame read is sent, shims included; the record carries only the frames read.
 #[inline(always)]
 pub fn send_py_stack(header: Header) {
-    if config().python_stacks == 0 {
+    if config!(python_stacks) == 0 {
         return;
     }
     // SAFETY (both): map values stay valid for the program's run.

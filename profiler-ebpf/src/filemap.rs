@@ -28,7 +28,7 @@ pub fn mm_filemap_add_to_page_cache(ctx: TracePointContext) -> u32 {
         unsafe { ctx.read_at::<u8>(offset!(filemap_order) as usize) }.unwrap_or(0) & 0x1f
     };
     let pages = 1u64 << order;
-    let bytes = pages * config().page_size;
+    let bytes = pages * config!(page_size);
     // SAFETY: map values stay valid for the program's run.
     unsafe {
         (*st).pc_misses += pages;

@@ -232,7 +232,7 @@ pub static OFFSETS: Offsets = Offsets {
 };
 
 #[unsafe(no_mangle)]
-static CONFIG: Config = Config {
+pub(crate) static CONFIG: Config = Config {
     offcpu_sample_interval_ns: 5_000_000,
     page_size: 4096,
     copy_user_stack: 1,
@@ -255,16 +255,21 @@ macro_rules! offset {
 }
 pub(crate) use offset;
 
-#[inline(always)]
-pub fn config() -> Config {
-    // SAFETY: as for `offsets`.
-    unsafe { core::ptr::read_volatile(&CONFIG) }
+/// One field of the configuration user space wrote, read alone (see [`offset!`]): the
+/// off-CPU sampling interval is read on every tracked switch-out.
+macro_rules! config {
+    ($field:ident) => {{
+        #[allow(unused_unsafe)]
+        // SAFETY: a plain read of a global that user space rewrites before load.
+        let value = unsafe { core::ptr::read_volatile(&raw const $crate::maps::CONFIG.$field) };
+        value
+    }};
 }
+pub(crate) use config;
 
 /// Whether `sched_switch` has its `prev_state` argument: one load on every switch, not the
 /// whole of `CONFIG`.
 #[inline(always)]
 pub fn prev_state_arg() -> bool {
-    // SAFETY: a plain read of a global that user space rewrites before load.
-    unsafe { core::ptr::read_volatile(&raw const CONFIG.prev_state_arg) != 0 }
+    config!(prev_state_arg) != 0
 }

@@ -275,7 +275,7 @@ pub fn leave_cpu<C: EbpfContext>(
     } else {
         state::BLOCKED
     };
-    let interval = config().offcpu_sample_interval_ns;
+    let interval = config!(offcpu_sample_interval_ns);
     if st.offcpu_pending == 0 && st.offcpu_sample_due(now, interval) {
         if pressure() == Pressure::NoSamples {
             // This period goes unsampled, and spends its place in the budget as a sample.

@@ -279,17 +279,31 @@ impl Worker {
                 return true;
             }
             match self.rx.recv_timeout(left.min(Duration::from_millis(50))) {
-                Ok(Cmd::Add(path, offset, cookie)) => {
-                    use std::os::unix::ffi::OsStrExt;
-                    if let Ok(c) = CString::new(path.as_os_str().as_bytes()) {
-                        self.targets.push((c, offset, cookie));
-                        if self.is_on() {
-                            self.open_one(self.targets.len() - 1);
-                        }
-                    }
-                }
+                Ok(cmd) => self.handle(cmd),
                 Err(RecvTimeoutError::Disconnected) => return false,
                 Err(RecvTimeoutError::Timeout) => self.account(),
+            }
+        }
+    }
+
+    /// Waits for the next command and handles it; false once the session hung up.
+    fn wait_for_command(&mut self) -> bool {
+        match self.rx.recv() {
+            Ok(cmd) => {
+                self.handle(cmd);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    fn handle(&mut self, cmd: Cmd) {
+        let Cmd::Add(path, offset, cookie) = cmd;
+        use std::os::unix::ffi::OsStrExt;
+        if let Ok(c) = CString::new(path.as_os_str().as_bytes()) {
+            self.targets.push((c, offset, cookie));
+            if self.is_on() {
+                self.open_one(self.targets.len() - 1);
             }
         }
     }
@@ -317,7 +331,9 @@ fn run(
     loop {
         if w.targets.is_empty() {
             // Nothing to probe yet: the first on-period starts as soon as a library comes.
-            if !w.wait_until(Instant::now() + Duration::from_millis(20)) {
+            // Asleep until then, not polling: a job without CUDA never has one, and a wake-up
+            // every few milliseconds lands on the job's CPUs.
+            if !w.wait_for_command() {
                 break;
             }
             cycle = Instant::now();
