@@ -439,6 +439,8 @@ fn open(plan: &RecordingPlan, a: Attached, segments: Segments) -> anyhow::Result
             failed
         }))
     });
+    // Setting up parsed the kernel's BTF (twice, for loading) and more.
+    crate::capture::kernel::loader::release_freed_memory();
     eprintln!(
         "stallscope: tracing {} thread(s) of PID {}{}; writing {}",
         a.seeds.len(),
