@@ -27,27 +27,57 @@ struct PendingCopy {
 #[derive(Default)]
 pub struct StackEnds {
     known: HashMap<u32, u64>,
+    /// An end that proved too short (a walk ran off a copy cut there): a walk that ended
+    /// early (at a frame in code not yet mapped when the maps were read) must not set it
+    /// again.
+    floor: HashMap<u32, u64>,
+    /// Walks made only to learn the end that found none: a thread whose walks never complete
+    /// stops being walked for it.
+    tries: HashMap<u32, u32>,
     /// An end, or none (whole copies again).
     pub changed: Vec<(u32, Option<u64>)>,
 }
 
+/// Walks a thread's copies get, beyond what its samples need, to learn its end.
+const END_TRIES: u32 = 8;
+
 impl StackEnds {
+    /// Whether a sample of `tid` should have its copy walked for the end even where frame
+    /// pointers need no copy.
+    fn wanted(&self, tid: u32) -> bool {
+        !self.known.contains_key(&tid) && self.tries.get(&tid).is_none_or(|&n| n < END_TRIES)
+    }
+
     /// What a walk of a `copied`-byte copy of `tid`'s stack says of where its later copies
     /// may stop: further than known (a complete walk), or not there at all (a walk of a copy
     /// cut short ran off its end: a TID reused, a stack switched).
     fn learn(&mut self, tid: u32, copied: usize, reach: Reach) {
         let known = self.known.get(&tid).copied();
-        if let Some(end) = reach.end {
-            if known.is_none_or(|k| end > k) {
+        if let Some(k) = known
+            && reach.ran_off
+            && copied < STACK_COPY_BYTES
+        {
+            let floor = self.floor.entry(tid).or_default();
+            *floor = (*floor).max(k);
+            self.known.remove(&tid);
+            self.changed.push((tid, None));
+            return;
+        }
+        let floor = self.floor.get(&tid).copied().unwrap_or(0);
+        match reach.end {
+            Some(end) if end > floor && known.is_none_or(|k| end > k) => {
                 self.known.insert(tid, end);
                 self.changed.push((tid, Some(end)));
             }
-        } else if reach.ran_off && known.is_some() && copied < STACK_COPY_BYTES {
-            self.forget(tid);
+            _ if known.is_none() => *self.tries.entry(tid).or_default() += 1,
+            _ => {}
         }
     }
 
+    /// `tid` exited or exec'ed: what was learned of its stack is gone with it.
     fn forget(&mut self, tid: u32) {
+        self.floor.remove(&tid);
+        self.tries.remove(&tid);
         if self.known.remove(&tid).is_some() {
             self.changed.push((tid, None));
         }
@@ -180,7 +210,7 @@ impl Decoder {
         }
         let copied = copy.map(|c| c.bytes.len());
         let raw = RawStack {
-            find_end: !self.stack_ends.known.contains_key(&h.tid),
+            find_end: self.stack_ends.wanted(h.tid),
             ..RawStack::of(pid, stack, copy)
         };
         let unwound = self.unwinding.0.unwind(&raw, &mut self.namer);
@@ -580,9 +610,29 @@ mod tests {
         ends.learn(7, 512, RAN_OFF);
         assert!(!ends.known.contains_key(&7));
         assert_eq!(ends.changed, [(7, Some(0x9000)), (7, None)]);
-        // Forgetting a thread whose end is unknown tells the kernel nothing.
+        // A walk that ends as short again (early, at code not yet mapped) does not cut the
+        // copies there a second time; one that reaches further does.
+        ends.learn(7, STACK_COPY_BYTES, end(0x9000));
+        assert!(!ends.known.contains_key(&7));
+        ends.learn(7, STACK_COPY_BYTES, end(0x9040));
+        assert_eq!(ends.known.get(&7), Some(&0x9040));
+        // An exit forgets it all, and tells the kernel; an unknown thread tells it nothing.
         ends.forget(7);
         ends.forget(8);
-        assert_eq!(ends.changed.len(), 2);
+        assert_eq!(ends.changed.len(), 4);
+        assert!(ends.floor.is_empty());
+    }
+
+    #[test]
+    fn a_thread_whose_walks_never_end_stops_being_walked_for_it() {
+        let mut ends = StackEnds::default();
+        for _ in 0..END_TRIES {
+            assert!(ends.wanted(9));
+            ends.learn(9, STACK_COPY_BYTES, Reach::default());
+        }
+        assert!(!ends.wanted(9));
+        ends.learn(9, STACK_COPY_BYTES, end(0x7000));
+        assert!(!ends.wanted(9), "known now");
+        assert!(ends.changed.contains(&(9, Some(0x7000))));
     }
 }

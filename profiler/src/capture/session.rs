@@ -214,8 +214,7 @@ impl Session {
     /// (see `STACK_ENDS` in the eBPF maps). A refused update leaves that thread's copies
     /// whole, as before it was learned.
     fn tell_stack_ends(&mut self) {
-        let changed = std::mem::take(&mut self.decoder.stack_ends.changed);
-        if changed.is_empty() {
+        if self.decoder.stack_ends.changed.is_empty() {
             return;
         }
         let Some(Ok(mut map)) = self
@@ -225,7 +224,7 @@ impl Session {
         else {
             return;
         };
-        for (tid, end) in changed {
+        for (tid, end) in std::mem::take(&mut self.decoder.stack_ends.changed) {
             let _ = match end {
                 Some(end) => map.insert(tid, end, 0),
                 None => map.remove(&tid),

@@ -497,7 +497,9 @@ impl Dwarf {
         Walk {
             frames: out,
             quality,
-            end: (quality == Quality::Complete && highest > sp).then_some(highest),
+            // A read that failed may have been papered over (framehop falls back to frame
+            // pointers), so a walk that ran off its copy teaches no end.
+            end: (quality == Quality::Complete && !ran_off && highest > sp).then_some(highest),
             ran_off,
         }
     }
