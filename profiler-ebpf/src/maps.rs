@@ -130,9 +130,9 @@ pub static STACK_COPY: PerCpuArray<UserStack> = PerCpuArray::with_max_entries(1,
 
 /// Per thread (by TID): one byte past the highest stack address its user-space unwinding
 /// needed, as user space learned it from a complete walk of an earlier copy (see
-/// `send_user_stack`). LRU: user space removes a thread's entry when it exits, and a TID
-/// reused meanwhile costs one short copy, whose walk runs off its end and has the entry
-/// removed.
+/// `send_user_stack`). LRU: user space removes a thread's entry when it exits; a TID reused
+/// before that gets short copies until user space reads one whose walk ran off its end (the
+/// next drain) and removes the entry.
 #[map]
 pub static STACK_ENDS: LruHashMap<u32, u64> = LruHashMap::with_max_entries(16384, 0);
 
