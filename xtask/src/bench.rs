@@ -9,6 +9,7 @@ mod proc;
 mod quiet;
 mod report;
 mod soak;
+mod storm;
 mod switch_cost;
 mod tracers;
 mod unwind;
@@ -235,6 +236,9 @@ fn overhead(args: BenchArgs) -> anyhow::Result<()> {
         .workloads
         .iter()
         .any(|w| matches!(w, Workload::W1 | Workload::W1u));
+    if cfg.workloads.contains(&Workload::W1) {
+        storm::print(&storm::measure(&cfg));
+    }
     if pingpong && cfg.tracers.contains(&Tracer::Stallscope) {
         switch_cost::print(&switch_cost::measure(&cfg));
     }

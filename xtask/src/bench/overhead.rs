@@ -404,10 +404,8 @@ fn run_one(cfg: &Config, w: Workload, t: Tracer, rep: u32) -> Result<Sample, Str
     result
 }
 
-/// Waits for the workload's `ready pid=` line and its closing totals; returns count/secs
-/// and the workload's CPU seconds.
 /// A process's CPU time so far (user and system, all its threads), in seconds.
-fn cpu_s(pid: u32) -> Option<f64> {
+pub fn cpu_s(pid: u32) -> Option<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The fields after the command name, which may hold spaces: utime and stime are the
     // 12th and 13th of them.
@@ -419,6 +417,8 @@ fn cpu_s(pid: u32) -> Option<f64> {
     Some(ticks / hz)
 }
 
+/// Waits for the workload's `ready pid=` line and its closing totals; returns count/secs
+/// and the workload's CPU seconds.
 /// `ready_within`: how long to wait for the `ready pid=` line, None when it was already
 /// read.
 fn finish_workload(

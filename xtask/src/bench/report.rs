@@ -303,10 +303,10 @@ fn targets(cfg: &Config, records: &[RunRecord]) {
          run(s) failed.\n"
     );
     let s_w1 = ratio(Workload::W1, Tracer::Stallscope);
-    // Issue 33's storm target; `perf stat -e context-switches` beside it is the per-switch
-    // hook's floor measured in the same runs.
+    // Issue 33's storm target over whole runs, the tracer's start-up included; its steady
+    // state is measured in paired windows after this table (see storm.rs).
     println!(
-        "- {} W1 stallscope ratio ≥ 0.95: {}",
+        "- {} W1 stallscope ratio ≥ 0.95 over whole runs: {}",
         verdict(s_w1.map(|r| r.0 >= 0.95)),
         fmt(s_w1)
     );

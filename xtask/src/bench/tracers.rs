@@ -67,7 +67,7 @@ impl Tracer {
             Self::Bpftrace => "bpftrace",
             Self::Runqlat => "runqlat",
             Self::Offcputime => "offcputime",
-            Self::PerfSwitchCount => "perf stat -e context-switches (floor)",
+            Self::PerfSwitchCount => "perf stat -e context-switches -p",
         }
     }
 }
