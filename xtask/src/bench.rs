@@ -237,7 +237,13 @@ fn overhead(args: BenchArgs) -> anyhow::Result<()> {
         .iter()
         .any(|w| matches!(w, Workload::W1 | Workload::W1u));
     if cfg.workloads.contains(&Workload::W1) {
-        storm::print(&storm::measure(&cfg));
+        // A smoke run takes two windows, too few for the target's verdict.
+        let windows = if args.quick {
+            2
+        } else {
+            cfg.reps.max(storm::MIN_WINDOWS)
+        };
+        storm::print(&storm::measure(&cfg, windows));
     }
     if pingpong && cfg.tracers.contains(&Tracer::Stallscope) {
         switch_cost::print(&switch_cost::measure(&cfg));

@@ -166,7 +166,8 @@ pub fn print(cfg: &Config, records: &[RunRecord]) {
          `tracepoint:sched:sched_switch {{ @[args->prev_pid] = count(); }}` with no PID filter; \
          runqlat and offcputime get `-p PID`; perf runs `stat -e context-switches -p PID`, \
          a counting event with no program on each target thread: the floor of any \
-         per-thread switch hook.\n"
+         per-thread switch hook on threads started under it (here it attaches before the \
+         workload starts its threads, which inherit their counters).\n"
     );
     println!(
         "| workload | tracer | throughput | ratio | added ns/round | tracer CPU | peak RSS | \

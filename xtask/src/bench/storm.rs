@@ -26,8 +26,12 @@ const WINDOW: Duration = Duration::from_secs(2);
 /// From a tracer's attach to its window: its first stacks unwound and named, its threads'
 /// stack ends learned (see `decode::StackEnds`).
 const SETTLE: Duration = Duration::from_secs(2);
+/// From a tracer's exit to the next untraced window: the kernel keeps its scheduler hooks
+/// for perf events on for a second after the last event closes (`perf_sched_work`), and
+/// frees BPF programs after an RCU grace period.
+const AFTERMATH: Duration = Duration::from_millis(1500);
 /// Adjacent 2-second windows differ by up to 10% here: a median needs several.
-const MIN_WINDOWS: u32 = 10;
+pub const MIN_WINDOWS: u32 = 10;
 /// The storm's comparison (issue 33): stallscope, the counting event, and bpftrace's
 /// counter; the other variants and peers have the whole-run table.
 const PAIRED: [Tracer; 3] = [
@@ -116,11 +120,14 @@ impl Storm {
         );
         std::thread::sleep(WINDOW);
         let (n1, secs) = (self.switches()?, t0.elapsed().as_secs_f64());
+        let n = n1
+            .checked_sub(n0)
+            .ok_or("the ping thread's switch count went back")?;
         let work_cpu = super::overhead::cpu_s(pid)
             .zip(cpu0)
             .map_or(0.0, |(b, a)| b - a);
         Ok(Window {
-            rate: (n1 - n0) as f64 / secs,
+            rate: n as f64 / secs,
             contention: watch.finish(work_cpu),
         })
     }
@@ -136,9 +143,8 @@ fn context_switches(status: &str) -> Option<u64> {
     Some(field("voluntary_ctxt_switches:")? + field("nonvoluntary_ctxt_switches:")?)
 }
 
-/// Every tracer of [`PAIRED`] in `cfg`, `cfg.reps` windows each (at least [`MIN_WINDOWS`]),
-/// in rotating order.
-pub fn measure(cfg: &Config) -> Vec<Paired> {
+/// Every tracer of [`PAIRED`] in `cfg`, `windows` windows each, in rotating order.
+pub fn measure(cfg: &Config, windows: u32) -> Vec<Paired> {
     let tracers: Vec<Tracer> = cfg
         .tracers
         .iter()
@@ -157,17 +163,17 @@ pub fn measure(cfg: &Config) -> Vec<Paired> {
     if tracers.is_empty() {
         return out;
     }
-    let reps = cfg.reps.max(MIN_WINDOWS);
-    let per_window = WINDOW * 2 + SETTLE + Duration::from_secs(4);
-    let secs = (per_window * reps * tracers.len() as u32).as_secs() + 60;
+    let per_window = WINDOW * 2 + SETTLE + AFTERMATH + Duration::from_secs(3);
     eprintln!(
-        "bench: W1 in paired windows: {} tracer(s) × {} windows of {} s, about {} min",
+        "bench: W1 in paired windows: {} tracer(s) × {windows} windows of {} s, about {} min",
         tracers.len(),
-        reps,
         WINDOW.as_secs(),
-        (secs - 60).div_ceil(60)
+        (per_window * windows * tracers.len() as u32)
+            .as_secs()
+            .div_ceil(60)
     );
-    let storm = match Storm::start(cfg, secs) {
+    // Runs until dropped, however long the tracers take to attach and to end.
+    let storm = match Storm::start(cfg, 24 * 3600) {
         Ok(s) => s,
         Err(e) => {
             for p in &mut out {
@@ -179,12 +185,12 @@ pub fn measure(cfg: &Config) -> Vec<Paired> {
     let dir = cfg.dir.join("storm");
     let _ = std::fs::create_dir_all(&dir);
     let mut before = storm.window(None);
-    for rep in 0..reps {
+    for rep in 0..windows {
         let mut order: Vec<usize> = (0..tracers.len()).collect();
         order.rotate_left(rep as usize % tracers.len());
         for i in order {
             let t = tracers[i];
-            let traced = traced_window(cfg, &storm, t, &dir, secs);
+            let traced = traced_window(cfg, &storm, t, &dir);
             let after = storm.window(None);
             let p = &mut out[i];
             match (&before, &traced, &after) {
@@ -232,20 +238,26 @@ fn traced_window(
     storm: &Storm,
     t: Tracer,
     dir: &std::path::Path,
-    secs: u64,
 ) -> Result<Window, String> {
+    // Stopped by an interrupt after its window; the length only bounds a tracer left behind.
+    let secs = (SETTLE + WINDOW).as_secs() + 60;
     let attached = tracers::attach(cfg, t, storm.proc.pid(), dir, secs)?
         .ok_or_else(|| format!("{} is no tracer", t.name()))?;
     std::thread::sleep(SETTLE);
     let window = storm.window(Some(attached.pid()));
     let cost = tracers::detach(attached, Duration::ZERO);
+    std::thread::sleep(AFTERMATH);
     match cost.note {
-        Some(note) if t.is_stallscope() => Err(format!("{}: {note}", t.name())),
+        // A tracer that outlived its kill may still be attached: the next untraced window
+        // would not be.
+        Some(note) if t.is_stallscope() || cost.cpu_s.is_nan() => {
+            Err(format!("{}: {note}", t.name()))
+        }
         _ => window,
     }
 }
 
-/// Appends the table and stallscope's target, beside the floor measured in the same run.
+/// Appends the table and stallscope's target, beside the peers measured in the same run.
 pub fn print(paired: &[Paired]) {
     if paired.is_empty() {
         return;
@@ -294,8 +306,7 @@ pub fn print(paired: &[Paired]) {
              threads. In the whole-run table it attaches before the workload starts its \
              threads, which then inherit their counters from one parent: the scheduler \
              swaps such clones' equivalent contexts at a switch between them, where here it \
-             schedules each thread's counter out and in at every switch. Attached to a job \
-             already running, as a profiler is, the counting event costs the most of the three."
+             schedules each thread's counter out and in at every switch."
         );
     }
     let of = |t: Tracer| {
@@ -305,6 +316,11 @@ pub fn print(paired: &[Paired]) {
             .and_then(Paired::median)
     };
     let s = of(Tracer::Stallscope);
+    // Too few clean windows to hold a median against the target.
+    let clean = paired
+        .iter()
+        .find(|p| p.tracer == Tracer::Stallscope)
+        .map_or(0, |p| p.ratios.len() as u32);
     let peers: Vec<String> = [Tracer::PerfSwitchCount, Tracer::Bpftrace]
         .into_iter()
         .filter_map(|t| Some(format!("{} {:.3}", t.name(), of(t)?)))
@@ -313,6 +329,7 @@ pub fn print(paired: &[Paired]) {
     println!(
         "- {} W1 stallscope ratio ≥ 0.95 in paired windows: {}{}",
         match s {
+            _ if clean < MIN_WINDOWS / 2 => "n/a",
             Some(r) if r >= 0.95 => "PASS",
             Some(_) => "MISS",
             None => "n/a",

@@ -37,7 +37,8 @@ pub enum Tracer {
     Runqlat,
     Offcputime,
     /// `perf stat -e context-switches -p PID`: a counting context-switch event on each of the
-    /// target's threads and no program, the least that any per-thread switch hook costs.
+    /// target's threads and no program, the least that any per-thread switch hook costs on
+    /// threads that inherit it from one parent (see storm.rs for threads already running).
     PerfSwitchCount,
 }
 
