@@ -112,23 +112,22 @@ impl Storm {
 
     fn window(&self, tracer_pid: Option<u32>) -> Result<Window, String> {
         let pid = self.proc.pid();
+        let n0 = self.switches()?;
+        // Finished on every path below: its sampling thread runs until then.
         let watch = Watch::start(tracer_pid);
-        let (cpu0, n0, t0) = (
-            super::overhead::cpu_s(pid),
-            self.switches()?,
-            Instant::now(),
-        );
+        let (cpu0, t0) = (super::overhead::cpu_s(pid), Instant::now());
         std::thread::sleep(WINDOW);
-        let (n1, secs) = (self.switches()?, t0.elapsed().as_secs_f64());
-        let n = n1
-            .checked_sub(n0)
-            .ok_or("the ping thread's switch count went back")?;
+        let (n1, secs) = (self.switches(), t0.elapsed().as_secs_f64());
         let work_cpu = super::overhead::cpu_s(pid)
             .zip(cpu0)
             .map_or(0.0, |(b, a)| b - a);
+        let contention = watch.finish(work_cpu);
+        let n = n1?
+            .checked_sub(n0)
+            .ok_or("the ping thread's switch count went back")?;
         Ok(Window {
             rate: n as f64 / secs,
-            contention: watch.finish(work_cpu),
+            contention,
         })
     }
 }
